@@ -1,0 +1,1 @@
+"""The settlement contract and its Python client."""

@@ -1,0 +1,1 @@
+"""The gavel peer: trio + libp2p host, roles, storage, CLI."""

@@ -1,0 +1,41 @@
+"""The `gavel` command: a table of sub-commands, each imported only when it runs.
+
+Importing torch, libp2p or web3 costs a second each, so `gavel --help` must not pay
+for them: every entry names the module and function that implement it, and each such
+function takes the remaining argv and returns an exit status.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> (module, function, one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "selfcheck": ("repops_cupy.selfcheck", "main", "check that every operator gives identical bits across CPU configurations (and the GPU)"),
+}
+
+
+def _usage() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = ["usage: gavel COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, _, help_) in COMMANDS.items()]
+    lines += ["", "Run 'gavel COMMAND --help' for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"gavel: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module, func, _ = COMMANDS[name]
+    entry = getattr(importlib.import_module(module), func)
+    return int(entry(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
