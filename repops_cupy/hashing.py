@@ -17,7 +17,12 @@ def canonical_array(x: Any) -> np.ndarray:
     arr = to_numpy(x)
     if arr.dtype == object:
         raise TypeError("object arrays have no canonical encoding")
-    return np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+    arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+    if arr.dtype.kind in "fc" and np.isnan(arr).any():
+        # CPUs and GPUs produce NaNs with different sign and payload bits; a NaN is
+        # a NaN, so every NaN hashes as the one canonical quiet NaN.
+        arr = np.where(np.isnan(arr), arr.dtype.type(np.nan), arr)
+    return arr
 
 
 def hash_tensor(x: Any) -> bytes:
