@@ -1,0 +1,157 @@
+"""Selfcheck: every operator gives the same bits under every machine configuration.
+
+The parent process starts one child per configuration -- BLAS thread count, BLAS
+kernel family, NumPy's SIMD level, memory order of the inputs, float64 GEMM engine
+-- and each child hashes every operator's output on the fixed example inputs of
+`op_examples`. One line per operator says its hash and whether all agreed; with a
+CUDA GPU a CuPy column is added. Exit status 0 only if every operator agreed
+everywhere and every registered operator has example inputs.
+
+    python -m repops_cupy.selfcheck            (or: gavel selfcheck)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# NumPy accepts these names here; together they take away AVX-512 and AVX2 dispatch.
+NO_AVX = "AVX512_ICL AVX512_SPR X86_V4 X86_V3"
+GEMM_ENGINE_ENV = "REPOPS_GEMM_ENGINE"
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+    order: str = "C"  # memory order the child gives the inputs
+
+
+CONFIGS = (
+    Config("base", {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}),
+    Config("threads=2", {"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}),
+    Config("Haswell", {"OPENBLAS_NUM_THREADS": "1", "OPENBLAS_CORETYPE": "Haswell"}),
+    Config("SkylakeX", {"OPENBLAS_NUM_THREADS": "1", "OPENBLAS_CORETYPE": "SkylakeX"}),
+    Config("no-AVX2/512", {"OPENBLAS_NUM_THREADS": "1", "NPY_DISABLE_CPU_FEATURES": NO_AVX}),
+    Config("Fortran", {"OPENBLAS_NUM_THREADS": "1"}, order="F"),
+    Config("torch-gemm", {"OMP_NUM_THREADS": "2", GEMM_ENGINE_ENV: "torch"}),
+)
+
+
+def _cases():
+    """(label, op, inputs, attrs) for every registered op, plus larger stress shapes."""
+    from . import ops  # noqa: F401 - fills the registry
+    from .op_examples import ExampleRandom, example
+    from .registry import names
+
+    for name in names():
+        inputs, attrs = example(name)
+        yield name, name, inputs, attrs
+    r = ExampleRandom(12345)
+    # shapes that reach several K chunks and long reduction trees
+    yield "matmul[64x3000x48]", "matmul", (r.normal(64, 3000), r.normal(3000, 48)), {}
+    yield "matmul[batched,T]", "matmul", (r.normal(3, 40, 70), r.normal(3, 50, 70)), {"transpose_b": True}
+    yield "sum[200003]", "sum", (r.normal(200003),), {"axis": ()}
+    yield "softmax[8x4099]", "softmax", (r.normal(8, 4099, scale=6.0),), {"axis": -1}
+
+
+def _relayout(x: np.ndarray, order: str) -> np.ndarray:
+    return np.asfortranarray(x) if order == "F" else np.ascontiguousarray(x)
+
+
+def run_cases(order: str = "C", device: str = "cpu") -> dict[str, str]:
+    """Hash of every case's output, computed in this process."""
+    from .hashing import hash_tensor
+    from .registry import run
+
+    xp = np
+    if device == "gpu":
+        from ._backend import cupy_module
+
+        xp = cupy_module()
+    hashes = {}
+    for label, op, inputs, attrs in _cases():
+        arrays = tuple(_relayout(x, order) for x in inputs)
+        if xp is not np:
+            arrays = tuple(xp.asarray(x) for x in arrays)
+        try:
+            out = run(op, arrays, attrs)
+            hashes[label] = hash_tensor(out).hex()
+        except Exception as exc:  # reported as a disagreement, never hidden
+            hashes[label] = f"error: {type(exc).__name__}: {exc}"
+    return hashes
+
+
+def _child_main(args: argparse.Namespace) -> int:
+    json.dump(run_cases(args.order), sys.stdout)
+    return 0
+
+
+def _run_child(config: Config) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES", GEMM_ENGINE_ENV)}
+    env.update(config.env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "repops_cupy.selfcheck", "--child", "--order", config.order],
+        env=env, capture_output=True, text=True, timeout=900,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"configuration {config.name} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gavel selfcheck", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--jobs", type=int, default=2, help="child processes at once")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--order", default="C", choices=("C", "F"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return _child_main(args)
+
+    from . import ops  # noqa: F401
+    from ._backend import gpu_available
+    from .op_examples import missing_examples
+    from .registry import names
+
+    missing = missing_examples(names())
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = dict(zip([c.name for c in CONFIGS], pool.map(_run_child, CONFIGS)))
+    if gpu_available():
+        results["cupy"] = run_cases(device="gpu")
+
+    columns = list(results)
+    labels = list(results[columns[0]])
+    report = {}
+    all_agree = not missing
+    for label in labels:
+        values = {col: results[col].get(label, "missing") for col in columns}
+        agree = len(set(values.values())) == 1 and not values[columns[0]].startswith("error")
+        all_agree &= agree
+        report[label] = {"hash": values[columns[0]], "agree": agree,
+                         "differs": [c for c in columns if values[c] != values[columns[0]]]}
+    if args.json:
+        print(json.dumps({"configs": columns, "ops": report, "missing_examples": missing, "ok": all_agree}))
+        return 0 if all_agree else 1
+
+    print(f"configurations: {', '.join(columns)}")
+    width = max(len(l) for l in labels)
+    for label, row in report.items():
+        mark = "agree" if row["agree"] else "DIFFER: " + ", ".join(row["differs"])
+        print(f"{label:<{width}}  {row['hash'][:16]:<16}  {mark}")
+        if row["hash"].startswith("error"):
+            print(f"{'':<{width}}  {row['hash']}")
+    for name in missing:
+        print(f"{name:<{width}}  no example inputs (add one to repops_cupy/op_examples.py)")
+    print("selfcheck: " + ("all operators agree in every configuration" if all_agree else "FAILED"))
+    return 0 if all_agree else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
