@@ -1,0 +1,325 @@
+"""Transcendental functions: the project's own fixed-order float64 code, rounded once.
+
+Specification
+-------------
+Every public float32 operator converts its input to float64 (exact), evaluates one of
+the float64 functions below, and rounds the result once to float32 (round to nearest
+even). The float64 functions use only IEEE-754 +, -, *, /, sqrt, comparisons, ldexp,
+frexp and trunc, each a separate correctly rounded operation (no fused multiply-add),
+in exactly the order written in their code; every polynomial is evaluated by Horner's
+rule as written. Their output bits are therefore a pure function of the input bits.
+
+The algorithms and coefficients are those of fdlibm (e_exp.c, s_expm1.c, e_log.c as
+restructured in musl, s_tanh.c, s_erf.c), each with error below 1 float64 ulp, so
+the float32 results are correctly rounded on all but a vanishing share of inputs
+(see scripts/accuracy_repops.py). Differences from fdlibm, all part of this spec:
+
+- exp_f64 and expm1_f64 use one argument reduction for every x:
+  k = trunc(x * INVLN2 + (x < 0 ? -0.5 : 0.5)), hi = x - k*LN2_HI, lo = k*LN2_LO
+  (fdlibm special-cases |x| < 1.5 ln2, which gives the same k except at the edges).
+  Scaling by 2^k is one ldexp (one rounding, also for subnormal results).
+- log_f64 reduces x = m * 2^k with m in [SQRT_HALF, 2*SQRT_HALF) via frexp (the
+  boundary is the double nearest sqrt(1/2)).
+
+Special values, as IEEE/C99 say: exp(NaN)=NaN, exp(+inf)=+inf, exp(-inf)=+0,
+overflow to +inf above O_THRESHOLD, +0 below U_THRESHOLD; log(x<0)=NaN, log(+-0)=-inf,
+log(+inf)=+inf; tanh(+-inf)=+-1, tanh(+-0)=+-0; erf(+-inf)=+-1, erf(+-0)=+-0;
+expm1(-inf)=-1; every function maps NaN to NaN.
+
+Public float32 operators (registered, with backward rules):
+  exp, log, tanh, erf, sigmoid, sqrt, rsqrt   -- and the gradient operators
+  tanh_grad(g, out), sigmoid_grad(g, out), erf_grad(g, x), sqrt_grad(g, out),
+  rsqrt_grad(g, out); exp's backward emits "mul"(g, out), log's "div"(g, x).
+  sigmoid(x) = 1 / (1 + exp_f64(-x)) in float64 (no cancellation for any x: for
+  x << 0 the denominator is large and finite or +inf, giving +0).
+  sqrt is float32 IEEE sqrt (correctly rounded). rsqrt(x) = 1 / sqrt(x) in float64,
+  rounded once; rsqrt(+0)=+inf, rsqrt(-0)=-inf, rsqrt(x<0)=NaN, rsqrt(+inf)=+0.
+  Gradient operators compute in float64 from float32 inputs, in the order given in
+  their docstrings, and round once.
+
+fdlibm notice (its coefficients and algorithms are used here):
+  Copyright (C) 1993 by Sun Microsystems, Inc. All rights reserved.
+  Developed at SunSoft, a Sun Microsystems, Inc. business.
+  Permission to use, copy, modify, and distribute this software is freely granted,
+  provided that this notice is preserved.
+"""
+from __future__ import annotations
+
+import contextlib
+import struct
+from typing import Any
+
+import numpy as np
+
+from . import registry
+from ._backend import array_module
+from ._nn_checks import as_array, require_float32
+from .errors import OpError
+
+
+def _from_bits(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<Q", bits))[0]
+
+
+# --- constants (fdlibm; the bit patterns are checked by the tests) ----------------
+LN2_HI = 6.93147180369123816490e-01  # 0x3fe62e42 fee00000: k*LN2_HI exact for |k| < 2^20
+LN2_LO = 1.90821492927058770002e-10  # 0x3dea39ef 35793c76
+INVLN2 = 1.44269504088896338700e00  # 0x3ff71547 652b82fe
+O_THRESHOLD = 7.09782712893383973096e02  # exp(x) overflows above
+U_THRESHOLD = -7.45133219101941108420e02  # exp(x) rounds to +0 below
+
+EXP_P1 = 1.66666666666666019037e-01
+EXP_P2 = -2.77777777770155933842e-03
+EXP_P3 = 6.61375632143793436117e-05
+EXP_P4 = -1.65339022054652515390e-06
+EXP_P5 = 4.13813679705723846039e-08
+
+EXPM1_Q1 = -3.33333333333331316428e-02
+EXPM1_Q2 = 1.58730158725481460165e-03
+EXPM1_Q3 = -7.93650757867487942473e-05
+EXPM1_Q4 = 4.00821782732936239552e-06
+EXPM1_Q5 = -2.01099218183624371326e-07
+EXPM1_SATURATE = -38.816242111356935  # -56 ln2: below, expm1(x) rounds to -1
+HALF_LN2 = 0.34657359027997264  # |x| above: reduce the argument
+TWO_M54 = 2.0**-54  # |x| below: expm1(x) = x
+
+LOG_LG1 = 6.666666666666735130e-01
+LOG_LG2 = 3.999999999940941908e-01
+LOG_LG3 = 2.857142874366239149e-01
+LOG_LG4 = 2.222219843214978396e-01
+LOG_LG5 = 1.818357216161805012e-01
+LOG_LG6 = 1.531383769920937332e-01
+LOG_LG7 = 1.479819860511658591e-01
+SQRT_HALF = 0.7071067811865476  # 0x3FE6A09E 667F3BCD
+
+TANH_SATURATE = 22.0  # |x| at or above: tanh = +-1
+TWO_M55 = 2.0**-55  # |x| below: tanh(x) = x * (1 + x)
+
+ERF_ERX = 8.45062911510467529297e-01
+ERF_EFX = 1.28379167095512586316e-01
+ERF_EFX8 = 1.02703333676410069053e00
+ERF_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
+          -5.77027029648944159157e-03, -2.37630166566501626084e-05)
+ERF_QQ = (3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
+          1.32494738004321644526e-04, -3.96022827877536812320e-06)
+ERF_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
+          3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
+          -2.16637559486879084300e-03)
+ERF_QA = (1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
+          1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
+ERF_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e01,
+          -6.23753324503260060396e01, -1.62396669462573470355e02, -1.84605092906711035994e02,
+          -8.12874355063065934246e01, -9.81432934416914548592e00)
+ERF_SA = (1.96512716674392571292e01, 1.37657754143519042600e02, 4.34565877475229228821e02,
+          6.45387271733267880336e02, 4.29008140027567833386e02, 1.08635005541779435134e02,
+          6.57024977031928170135e00, -6.04244152148580987438e-02)
+ERF_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e01,
+          -1.60636384855821916062e02, -6.37566443368389627722e02, -1.02509513161107724954e03,
+          -4.83519191608651397019e02)
+ERF_SB = (3.03380607434824582924e01, 3.25792512996573918826e02, 1.53672958608443695994e03,
+          3.19985821950859553908e03, 2.55305040643316442583e03, 4.74528541206955367215e02,
+          -2.24409524465858183362e01)
+ERF_TINY = 2.0**-28  # |x| below: erf(x) = x + EFX*x
+ERF_SUBNORMAL = 2.0**-1015  # |x| below: (8x + EFX8*x) / 8, so EFX*x keeps its bits
+ERF_SMALL = 0.84375
+ERF_MID = 1.25
+ERF_BIG = 6.0  # |x| at or above: erf = +-1
+ERF_SPLIT = _from_bits(0x4006DB6E00000000)  # ~1/0.35: erfc tail switches from RA/SA to RB/SB
+TWO_OVER_SQRTPI = 1.1283791670955126  # 2/sqrt(pi), nearest double
+
+
+# --- helpers ------------------------------------------------------------------------
+
+
+def _quiet(xp: Any):
+    """Lanes that a `where` discards may overflow; NumPy should not warn about them."""
+    return np.errstate(all="ignore") if xp is np else contextlib.nullcontext()
+
+
+def _require_f64(op: str, x: Any) -> Any:
+    xp = array_module(x)
+    if getattr(x, "dtype", None) != np.float64:
+        raise OpError(f"{op}: expected a float64 array, got {getattr(x, 'dtype', type(x).__name__)}")
+    return xp
+
+
+def _poly(z: Any, coeffs: tuple[float, ...]) -> Any:
+    """c0 + z*(c1 + z*(... + z*cn)) evaluated innermost first."""
+    acc = z * coeffs[-1]
+    for c in coeffs[-2:0:-1]:
+        acc = z * (c + acc)
+    return coeffs[0] + acc
+
+
+def _one_plus_poly(z: Any, coeffs: tuple[float, ...]) -> Any:
+    """1 + z*(c1 + z*(c2 + ... + z*cn)) evaluated innermost first; coeffs = (c1, ..., cn)."""
+    acc = z * coeffs[-1]
+    for c in coeffs[-2::-1]:
+        acc = z * (c + acc)
+    return 1.0 + acc
+
+
+# --- float64 primitives -----------------------------------------------------------
+
+
+def exp_f64(x: Any) -> Any:
+    """e^x of a float64 array, float64 out (fdlibm method; see the module docstring).
+
+    r = hi - lo; t = r*r; c = r - t*(P1 + t*(P2 + t*(P3 + t*(P4 + t*P5))));
+    y = 1 - ((lo - (r*c)/(2 - c)) - hi); result = ldexp(y, k).
+    """
+    xp = _require_f64("exp_f64", x)
+    with _quiet(xp):
+        nan = xp.isnan(x)
+        over = x > O_THRESHOLD
+        under = x < U_THRESHOLD
+        xs = xp.where(nan | over | under, 0.0, x)
+        k = xp.trunc(xs * INVLN2 + xp.where(xs < 0, -0.5, 0.5))
+        hi = xs - k * LN2_HI
+        lo = k * LN2_LO
+        r = hi - lo
+        t = r * r
+        c = r - t * (EXP_P1 + t * (EXP_P2 + t * (EXP_P3 + t * (EXP_P4 + t * EXP_P5))))
+        y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
+        y = xp.ldexp(y, k.astype(np.int32))
+        y = xp.where(under, 0.0, y)
+        y = xp.where(over, np.inf, y)
+        return xp.where(nan, x, y)
+
+
+def expm1_f64(x: Any) -> Any:
+    """e^x - 1 of a float64 array, float64 out (fdlibm s_expm1.c, uniform reduction)."""
+    xp = _require_f64("expm1_f64", x)
+    with _quiet(xp):
+        nan = xp.isnan(x)
+        over = x > O_THRESHOLD
+        saturate = x < EXPM1_SATURATE
+        tiny = xp.abs(x) < TWO_M54
+        xs = xp.where(nan | over | saturate | tiny, 0.0, x)
+        reduce = xp.abs(xs) > HALF_LN2
+        k = xp.where(reduce, xp.trunc(xs * INVLN2 + xp.where(xs < 0, -0.5, 0.5)), 0.0)
+        hi = xs - k * LN2_HI
+        lo = k * LN2_LO
+        r = xp.where(reduce, hi - lo, xs)
+        c = xp.where(reduce, (hi - r) - lo, 0.0)
+        hfx = 0.5 * r
+        hxs = r * hfx
+        r1 = 1.0 + hxs * (EXPM1_Q1 + hxs * (EXPM1_Q2 + hxs * (EXPM1_Q3 + hxs * (EXPM1_Q4 + hxs * EXPM1_Q5))))
+        t = 3.0 - r1 * hfx
+        e = hxs * ((r1 - t) / (6.0 - r * t))
+        y_k0 = r - (r * e - hxs)
+        e = (r * (e - c) - c) - hxs
+        ki = k.astype(np.int32)
+        y_km1 = 0.5 * (r - e) - 0.5
+        y_kp1 = xp.where(r < -0.25, -2.0 * (e - (r + 0.5)), 1.0 + 2.0 * (r - e))
+        y_far = xp.ldexp(1.0 - (e - r), ki) - 1.0  # k <= -2 or k > 56
+        two_mk = xp.ldexp(xp.ones_like(r), -ki)  # 2^-k, exact for the k it is used with
+        y_near = xp.ldexp((1.0 - two_mk) - (e - r), ki)  # 2 <= k < 20: 1 - 2^-k exact
+        y_mid = xp.ldexp((r - (e + two_mk)) + 1.0, ki)  # 20 <= k <= 56
+        y = xp.where(ki <= -2, y_far, xp.where(ki > 56, y_far, xp.where(ki >= 20, y_mid, y_near)))
+        y = xp.where(ki == 1, y_kp1, y)
+        y = xp.where(ki == -1, y_km1, y)
+        y = xp.where(ki == 0, y_k0, y)
+        y = xp.where(tiny, x, y)
+        y = xp.where(saturate, -1.0, y)
+        y = xp.where(over, np.inf, y)
+        return xp.where(nan, x, y)
+
+
+def log_f64(x: Any) -> Any:
+    """Natural log of a float64 array, float64 out (fdlibm/musl method).
+
+    x = (1+f) * 2^k; s = f/(2+f); z = s*s; w = z*z;
+    t1 = w*(Lg2 + w*(Lg4 + w*Lg6)); t2 = z*(Lg1 + w*(Lg3 + w*(Lg5 + w*Lg7)));
+    R = t2 + t1; hfsq = (0.5*f)*f;
+    log = ((((s*(hfsq + R)) + k*LN2_LO) - hfsq) + f) + k*LN2_HI.
+    """
+    xp = _require_f64("log_f64", x)
+    with _quiet(xp):
+        invalid = xp.isnan(x) | (x < 0)
+        zero = x == 0
+        pos_inf = x == np.inf
+        xs = xp.where(invalid | zero | pos_inf, 1.0, x)
+        m, e = xp.frexp(xs)  # xs = m * 2^e, m in [0.5, 1), exact also for subnormals
+        low = m < SQRT_HALF
+        m = xp.where(low, m * 2.0, m)
+        dk = (e - low.astype(e.dtype)).astype(np.float64)
+        f = m - 1.0  # exact (Sterbenz)
+        hfsq = 0.5 * f * f
+        s = f / (2.0 + f)
+        z = s * s
+        w = z * z
+        t1 = w * (LOG_LG2 + w * (LOG_LG4 + w * LOG_LG6))
+        t2 = z * (LOG_LG1 + w * (LOG_LG3 + w * (LOG_LG5 + w * LOG_LG7)))
+        big_r = t2 + t1
+        y = s * (hfsq + big_r) + dk * LN2_LO - hfsq + f + dk * LN2_HI
+        y = xp.where(zero, -np.inf, y)
+        y = xp.where(pos_inf, np.inf, y)
+        return xp.where(invalid, np.nan, y)
+
+
+def tanh_f64(x: Any) -> Any:
+    """tanh of a float64 array, float64 out (fdlibm s_tanh.c).
+
+    |x| >= 22: +-1; |x| < 2^-55: x*(1+x); 1 <= |x|: t = expm1(2|x|), z = 1 - 2/(t+2);
+    else t = expm1(-2|x|), z = -t/(t+2); result z with the sign of x.
+    """
+    xp = _require_f64("tanh_f64", x)
+    with _quiet(xp):
+        nan = xp.isnan(x)
+        ax = xp.abs(x)
+        ge1 = ax >= 1.0
+        arg = xp.where(ge1, 2.0 * ax, -2.0 * ax)
+        arg = xp.where(nan | (ax >= TANH_SATURATE), 0.0, arg)
+        t = expm1_f64(arg)
+        z = xp.where(ge1, 1.0 - 2.0 / (t + 2.0), -t / (t + 2.0))
+        z = xp.where(ax >= TANH_SATURATE, 1.0, z)
+        y = xp.where(x < 0, -z, z)
+        y = xp.where(ax < TWO_M55, x * (1.0 + x), y)
+        return xp.where(nan, x, y)
+
+
+def erf_f64(x: Any) -> Any:
+    """erf of a float64 array, float64 out (fdlibm s_erf.c, four intervals of |x|).
+
+    |x| < 0.84375: x + x*(P(z)/Q(z)), z = x*x (x + EFX*x below 2^-28);
+    0.84375 <= |x| < 1.25: s = |x|-1, +-(ERX + PA(s)/QA(s));
+    1.25 <= |x| < 6: s = 1/(x*x), R/S from RA/SA (|x| < ERF_SPLIT) or RB/SB,
+      zh = |x| with the low 32 bits cleared,
+      r = exp(-zh*zh - 0.5625) * exp((zh-|x|)*(zh+|x|) + R/S), +-(1 - r/|x|);
+    |x| >= 6: +-1.
+    """
+    xp = _require_f64("erf_f64", x)
+    with _quiet(xp):
+        nan = xp.isnan(x)
+        ax = xp.abs(x)
+        neg = x < 0
+        # |x| < 0.84375
+        z = x * x
+        y_small = x + x * (_poly(z, ERF_PP) / _one_plus_poly(z, ERF_QQ))
+        y_tiny = xp.where(ax < ERF_SUBNORMAL, (8.0 * x + ERF_EFX8 * x) / 8.0, x + ERF_EFX * x)
+        y_small = xp.where(ax < ERF_TINY, y_tiny, y_small)
+        # 0.84375 <= |x| < 1.25
+        s = ax - 1.0
+        mid = ERF_ERX + _poly(s, ERF_PA) / _one_plus_poly(s, ERF_QA)
+        # 1.25 <= |x| < 6 (other lanes computed on a harmless stand-in value)
+        at = xp.where((ax >= ERF_MID) & (ax < ERF_BIG), ax, 2.0)
+        s = 1.0 / (at * at)
+        first = at < ERF_SPLIT
+        big_r = xp.where(first, _poly(s, ERF_RA), _poly(s, ERF_RB))
+        big_s = xp.where(first, _one_plus_poly(s, ERF_SA), _one_plus_poly(s, ERF_SB))
+        zh = (at.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
+        r = exp_f64(-zh * zh - 0.5625) * exp_f64((zh - at) * (zh + at) + big_r / big_s)
+        tail = 1.0 - r / at
+        magnitude = xp.where(ax < ERF_BIG, tail, 1.0)
+        magnitude = xp.where(ax < ERF_MID, mid, magnitude)
+        y = xp.where(neg, -magnitude, magnitude)
+        y = xp.where(ax < ERF_SMALL, y_small, y)
+        return xp.where(nan, x, y)
+
+
+def sigmoid_f64(x: Any) -> Any:
+    """1 / (1 + exp_f64(-x)) of a float64 array, float64 out."""
+    xp = _require_f64("sigmoid_f64", x)
+    with _quiet(xp):
+        return 1.0 / (1.0 + exp_f64(-x))
