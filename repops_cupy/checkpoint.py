@@ -1,0 +1,84 @@
+"""Checkpoints: the named training state in a safetensors file, and its state hash.
+
+State hash: the Merkle root (`repops_cupy.merkle`) over one leaf per tensor, in the
+order of the names' UTF-8 bytes; a leaf is
+
+    u16 little-endian length of the name || name (UTF-8) || hash_tensor(tensor)
+
+so a name and its tensor can never be confused with another pair. The file stores
+the tensors (canonical little-endian C order) and, as metadata, the format, the state
+hash in hex and the step; loading recomputes the hash and refuses a file whose
+tensors do not match it.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from .hashing import canonical_array, hash_tensor
+from .merkle import merkle_root
+
+CHECKPOINT_FORMAT = "gavel-checkpoint/1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that is missing, malformed or does not match its state hash."""
+
+
+def sorted_names(state: Mapping[str, Any]) -> list[str]:
+    return sorted(state, key=lambda n: n.encode())
+
+
+def state_leaf(name: str, tensor_hash: bytes) -> bytes:
+    raw = name.encode()
+    if len(raw) >= 1 << 16:
+        raise ValueError(f"state tensor name too long: {name[:40]}...")
+    return struct.pack("<H", len(raw)) + raw + tensor_hash
+
+
+def state_leaves(state: Mapping[str, Any]) -> list[bytes]:
+    """The Merkle leaves of a state, in hash order (for inclusion proofs of one tensor)."""
+    return [state_leaf(n, hash_tensor(state[n])) for n in sorted_names(state)]
+
+
+def state_hash(state: Mapping[str, Any]) -> bytes:
+    """Merkle root over sorted (name, tensor hash) leaves."""
+    return merkle_root(state_leaves(state))
+
+
+def save_checkpoint(path: str | Path, state: Mapping[str, Any], *, step: int) -> bytes:
+    """Write the state atomically; returns its state hash."""
+    path = Path(path)
+    # canonical_array makes 0-d arrays 1-d (np.ascontiguousarray does); keep the shape
+    tensors = {n: canonical_array(state[n]).reshape(np.shape(state[n])) for n in sorted_names(state)}
+    digest = state_hash(tensors)
+    meta = {"format": CHECKPOINT_FORMAT, "state_hash": digest.hex(), "step": str(int(step))}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata=meta)
+    os.replace(tmp, path)
+    return digest
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, np.ndarray], int, bytes]:
+    """(state, step, state hash) of a checkpoint file, after checking the hash."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint")
+    try:
+        with safe_open(str(path), framework="np") as f:
+            meta = f.metadata() or {}
+            state = {name: f.get_tensor(name) for name in f.keys()}
+    except Exception as exc:  # safetensors raises its own types for a damaged file
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path}: not a {CHECKPOINT_FORMAT} file")
+    digest = state_hash(state)
+    if digest.hex() != meta.get("state_hash"):
+        raise CheckpointError(f"{path}: tensors hash to {digest.hex()}, the file claims {meta.get('state_hash')}")
+    return state, int(meta["step"]), digest
