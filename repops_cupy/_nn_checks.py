@@ -1,6 +1,7 @@
 """Argument checks and small conversions shared by the elementwise, shape and nn ops."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -64,3 +65,8 @@ def _describe(x: Any) -> str:
     if dtype is None:
         return type(x).__name__
     return f"{dtype} array of shape {tuple(x.shape)}"
+
+
+def ieee_quiet(xp: Any):
+    """inf - inf, 0 * inf and overflow are IEEE results here, not mistakes: NumPy need not warn."""
+    return np.errstate(all="ignore") if xp is np else contextlib.nullcontext()
