@@ -323,3 +323,123 @@ def sigmoid_f64(x: Any) -> Any:
     xp = _require_f64("sigmoid_f64", x)
     with _quiet(xp):
         return 1.0 / (1.0 + exp_f64(-x))
+
+
+# --- float32 operators ------------------------------------------------------------
+
+
+def _unary_f32(op: str, x: Any, f64: Any) -> Any:
+    require_float32(op, "x", x)
+    xp = array_module(x)
+    return as_array(xp, f64(x.astype(np.float64)).astype(np.float32))
+
+
+def exp(x: Any) -> Any:
+    """float32(exp_f64(x))."""
+    return _unary_f32("exp", x, exp_f64)
+
+
+def log(x: Any) -> Any:
+    """float32(log_f64(x))."""
+    return _unary_f32("log", x, log_f64)
+
+
+def tanh(x: Any) -> Any:
+    """float32(tanh_f64(x))."""
+    return _unary_f32("tanh", x, tanh_f64)
+
+
+def erf(x: Any) -> Any:
+    """float32(erf_f64(x))."""
+    return _unary_f32("erf", x, erf_f64)
+
+
+def sigmoid(x: Any) -> Any:
+    """float32(1 / (1 + exp_f64(-x))), all in float64."""
+    return _unary_f32("sigmoid", x, sigmoid_f64)
+
+
+def sqrt(x: Any) -> Any:
+    """IEEE float32 sqrt (correctly rounded); sqrt(-0) = -0, sqrt(x<0) = NaN."""
+    require_float32("sqrt", "x", x)
+    xp = array_module(x)
+    with _quiet(xp):
+        return as_array(xp, xp.sqrt(x))
+
+
+def rsqrt(x: Any) -> Any:
+    """float32(1 / sqrt(x)) with sqrt and / in float64."""
+    require_float32("rsqrt", "x", x)
+    xp = array_module(x)
+    with _quiet(xp):
+        return as_array(xp, (1.0 / xp.sqrt(x.astype(np.float64))).astype(np.float32))
+
+
+# --- gradient operators -----------------------------------------------------------
+
+
+def _grad_pair(op: str, g: Any, second: Any, name: str) -> tuple[Any, Any, Any]:
+    require_float32(op, "g", g)
+    require_float32(op, name, second)
+    if tuple(g.shape) != tuple(second.shape):
+        raise OpError(f"{op}: g shape {tuple(g.shape)} differs from {name} shape {tuple(second.shape)}")
+    xp = array_module(g, second)
+    return xp, g.astype(np.float64), second.astype(np.float64)
+
+
+def tanh_grad(g: Any, out: Any) -> Any:
+    """float32(g * (1 - out*out)), in float64."""
+    xp, g64, o = _grad_pair("tanh_grad", g, out, "out")
+    with _quiet(xp):
+        return as_array(xp, (g64 * (1.0 - o * o)).astype(np.float32))
+
+
+def sigmoid_grad(g: Any, out: Any) -> Any:
+    """float32(g * (out * (1 - out))), in float64."""
+    xp, g64, o = _grad_pair("sigmoid_grad", g, out, "out")
+    with _quiet(xp):
+        return as_array(xp, (g64 * (o * (1.0 - o))).astype(np.float32))
+
+
+def erf_grad(g: Any, x: Any) -> Any:
+    """float32(g * (TWO_OVER_SQRTPI * exp_f64(-(x*x)))), in float64."""
+    xp, g64, x64 = _grad_pair("erf_grad", g, x, "x")
+    with _quiet(xp):
+        return as_array(xp, (g64 * (TWO_OVER_SQRTPI * exp_f64(-(x64 * x64)))).astype(np.float32))
+
+
+def sqrt_grad(g: Any, out: Any) -> Any:
+    """float32(g / (out + out)), in float64 (out = sqrt(x))."""
+    xp, g64, o = _grad_pair("sqrt_grad", g, out, "out")
+    with _quiet(xp):
+        return as_array(xp, (g64 / (o + o)).astype(np.float32))
+
+
+def rsqrt_grad(g: Any, out: Any) -> Any:
+    """float32(g * (-0.5 * ((out*out)*out))), in float64 (out = rsqrt(x))."""
+    xp, g64, o = _grad_pair("rsqrt_grad", g, out, "out")
+    with _quiet(xp):
+        return as_array(xp, (g64 * (-0.5 * ((o * o) * o))).astype(np.float32))
+
+
+# --- backward rules ---------------------------------------------------------------
+
+
+def _register() -> None:
+    registry.register("exp", exp, arity=1, vjp=lambda emit, g, inputs, out, attrs: (emit("mul", g, out),))
+    registry.register("log", log, arity=1, vjp=lambda emit, g, inputs, out, attrs: (emit("div", g, inputs[0]),))
+    registry.register("tanh", tanh, arity=1, vjp=lambda emit, g, inputs, out, attrs: (emit("tanh_grad", g, out),))
+    registry.register("erf", erf, arity=1, vjp=lambda emit, g, inputs, out, attrs: (emit("erf_grad", g, inputs[0]),))
+    registry.register(
+        "sigmoid", sigmoid, arity=1, vjp=lambda emit, g, inputs, out, attrs: (emit("sigmoid_grad", g, out),)
+    )
+    registry.register("sqrt", sqrt, arity=1, vjp=lambda emit, g, inputs, out, attrs: (emit("sqrt_grad", g, out),))
+    registry.register("rsqrt", rsqrt, arity=1, vjp=lambda emit, g, inputs, out, attrs: (emit("rsqrt_grad", g, out),))
+    registry.register("tanh_grad", tanh_grad, arity=2)
+    registry.register("sigmoid_grad", sigmoid_grad, arity=2)
+    registry.register("erf_grad", erf_grad, arity=2)
+    registry.register("sqrt_grad", sqrt_grad, arity=2)
+    registry.register("rsqrt_grad", rsqrt_grad, arity=2)
+
+
+_register()
