@@ -1,0 +1,548 @@
+"""The node's libp2p host: identity, transports, stream protocols, gossip, bootstrap.
+
+Configuration follows what was measured on this project (``notes/libp2p.md``):
+TCP + Noise only (a default host would also accept plaintext), Yamux, one connection
+per peer (without it every dial stalls 250 ms), explicit bootstrap addresses and no
+mDNS, GossipSub v1.1 with a 1 s heartbeat and spam protection and adaptive gossip off.
+
+One 32-byte seed is the node's whole identity: it gives the PyNaCl ``SigningKey``
+that signs protocol messages and the libp2p Ed25519 key whose public half is the
+PeerID, so a PeerID names the key that signed a commitment.
+
+Start-up follows trio's convention::
+
+    async with trio.open_nursery() as nursery:
+        host = await nursery.start(NodeHost(seed, bootstrap=[...]).run)
+        ...
+        await host.aclose()
+
+or ``async with open_host(seed, ...) as host:``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
+
+import trio
+from libp2p import new_host
+from libp2p.crypto.ed25519 import Ed25519PrivateKey
+from libp2p.crypto.keys import KeyPair
+from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
+from libp2p.exceptions import BaseLibp2pError
+from libp2p.network.config import ConnectionConfig, RetryConfig
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.pubsub.gossipsub import PROTOCOL_ID as GOSSIP_V10, PROTOCOL_ID_V11 as GOSSIP_V11, GossipSub
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_ID, Transport as NoiseTransport
+from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_ID, Yamux
+from libp2p.tools.anyio_service import background_trio_service
+from multiaddr import Multiaddr
+from nacl.signing import SigningKey
+
+from .errors import BadMessage, LocalError, PeerError, PeerUnreachable
+from .framing import FramedStream, pack, unpack
+from .metrics import NodeMetrics
+from .streams import (
+    RequestChannel,
+    RequestHandler,
+    StreamHandler,
+    StreamLimits,
+    exchange,
+    guarded_handler,
+    open_framed,
+    request_handler,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
+PING_PROTOCOL = "/gavel/ping/1.0.0"
+PING_LIMITS = StreamLimits(max_frame=16 * 1024, read_timeout=5.0, write_timeout=5.0, idle_timeout=30.0)
+# The largest gossip item we publish or accept: gossip carries hashes, roots and
+# signatures; tensors go over streams (GossipSub drops > 1 MiB without a word).
+MAX_GOSSIP_BYTES = 64 * 1024
+
+
+# -- identity ----------------------------------------------------------------------
+
+
+def identity_from_seed(seed: bytes) -> tuple[SigningKey, KeyPair]:
+    """The protocol signing key and the libp2p key pair of one 32-byte seed."""
+    if not isinstance(seed, (bytes, bytearray)) or len(seed) != 32:
+        raise LocalError("a node seed is exactly 32 bytes")
+    private = Ed25519PrivateKey.new(bytes(seed))
+    return SigningKey(bytes(seed)), KeyPair(private, private.get_public_key())
+
+
+def peer_id_from_seed(seed: bytes) -> ID:
+    return ID.from_pubkey(identity_from_seed(seed)[1].public_key)
+
+
+def public_key_of(peer_id: ID) -> bytes:
+    """The 32-byte Ed25519 key a PeerID names (it is embedded in the ID)."""
+    key = peer_id.extract_public_key()
+    if key is None:
+        raise BadMessage("peer id does not embed an Ed25519 key", peer=peer_id)
+    return key.to_bytes()
+
+
+def peer_id_of_key(public_key: bytes) -> ID:
+    from libp2p.crypto.ed25519 import Ed25519PublicKey
+
+    return ID.from_pubkey(Ed25519PublicKey.from_bytes(public_key))
+
+
+# -- gossip ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GossipSettings:
+    heartbeat: float = 1.0
+    degree: int = 6
+    degree_low: int = 4
+    degree_high: int = 12
+    # Minimum gap between two of our publishes: publish() has no backpressure and a
+    # peer's outbound queue drops beyond 32 pending messages.
+    publish_interval: float = 0.005
+    max_message: int = MAX_GOSSIP_BYTES
+    # Messages waiting for a topic's handler; beyond this they are dropped and counted.
+    handler_queue: int = 1024
+
+
+@dataclass(frozen=True)
+class GossipMessage:
+    """One gossip item. ``origin`` published it and signed it with its key (libp2p's
+    strict signing, checked before delivery). ``forwarder`` is the neighbour that
+    relayed it, known to validators only."""
+
+    topic: str
+    data: bytes
+    origin: ID
+    forwarder: ID | None
+    seqno: bytes
+
+    @property
+    def origin_public_key(self) -> bytes:
+        return public_key_of(self.origin)
+
+
+GossipHandler = Callable[[GossipMessage], Awaitable[None]]
+GossipValidator = Callable[[GossipMessage], bool]
+
+
+class Gossip:
+    """Publish/subscribe over GossipSub with the note's traps handled.
+
+    Each subscription gets a reader task that always drains libp2p's 32-message
+    buffer into our own queue (a slow consumer would otherwise lose messages
+    silently) and a worker that calls the handler; own publishes come back on our
+    own subscription and are skipped unless asked for.
+    """
+
+    def __init__(self, pubsub: Pubsub, my_id: ID, settings: GossipSettings, metrics: NodeMetrics) -> None:
+        self._pubsub = pubsub
+        self._my_id = my_id
+        self.settings = settings
+        self._metrics = metrics
+        self._nursery: trio.Nursery | None = None
+        self._publish_lock = trio.Lock()
+        self._next_publish = 0.0
+        self._topics: dict[str, trio.CancelScope] = {}
+
+    def _attach(self, nursery: trio.Nursery | None) -> None:
+        self._nursery = nursery
+
+    def _message(self, forwarder: ID, msg: Any) -> GossipMessage:
+        return GossipMessage(
+            topic=msg.topicIDs[0] if msg.topicIDs else "",
+            data=bytes(msg.data),
+            origin=ID(msg.from_id),
+            forwarder=forwarder,
+            seqno=bytes(msg.seqno),
+        )
+
+    def set_validator(self, topic: str, validate: GossipValidator) -> None:
+        """``validate`` decides, synchronously and quickly, whether a message is
+        delivered and forwarded. It also sees our own publishes. Raising counts as no."""
+        limit = self.settings.max_message
+
+        def libp2p_validator(forwarder: ID, msg: Any) -> bool:
+            if len(msg.data) > limit:
+                return False
+            try:
+                return bool(validate(self._message(forwarder, msg)))
+            except Exception:
+                log.exception("gossip validator for %s failed; rejecting the message", topic)
+                return False
+
+        self._pubsub.set_topic_validator(topic, libp2p_validator, is_async_validator=False)
+
+    async def subscribe(self, topic: str, handler: GossipHandler, *, deliver_own: bool = False) -> None:
+        """Deliver every valid message on ``topic`` to ``handler``, in arrival order."""
+        if self._nursery is None:
+            raise LocalError("the host is not running")
+        if topic in self._topics:
+            raise LocalError(f"already subscribed to {topic!r}")
+        subscription = await self._pubsub.subscribe(topic)
+        scope = trio.CancelScope()
+        self._topics[topic] = scope
+        self._nursery.start_soon(self._run_topic, topic, subscription, handler, deliver_own, scope)
+
+    async def unsubscribe(self, topic: str) -> None:
+        scope = self._topics.pop(topic, None)
+        if scope is not None:
+            scope.cancel()
+            await self._pubsub.unsubscribe(topic)
+        else:
+            await trio.lowlevel.checkpoint()
+
+    async def _run_topic(self, topic, subscription, handler, deliver_own, scope) -> None:
+        send, receive = trio.open_memory_channel[GossipMessage](self.settings.handler_queue)
+        with scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_subscription, topic, subscription, send, deliver_own)
+                nursery.start_soon(self._dispatch, topic, receive, handler)
+
+    async def _read_subscription(self, topic, subscription, send, deliver_own) -> None:
+        with send:
+            while True:
+                msg = await subscription.get()
+                origin = ID(msg.from_id)
+                if origin == self._my_id and not deliver_own:
+                    continue
+                item = GossipMessage(topic, bytes(msg.data), origin, None, bytes(msg.seqno))
+                try:
+                    send.send_nowait(item)
+                except trio.WouldBlock:
+                    self._metrics.gossip_dropped.labels(topic).inc()
+                    log.warning("gossip handler for %s is behind; dropped a message", topic)
+
+    async def _dispatch(self, topic, receive, handler) -> None:
+        with receive:
+            async for item in receive:
+                self._metrics.gossip_in.labels(topic).inc()
+                try:
+                    await handler(item)
+                except Exception:
+                    log.exception("gossip handler for %s failed", topic)
+
+    async def publish(self, topic: str, data: bytes) -> None:
+        """Publish one small item (at most ``settings.max_message`` bytes), paced."""
+        if len(data) > self.settings.max_message:
+            raise LocalError(
+                f"gossip item of {len(data)} bytes; the limit is {self.settings.max_message}"
+                " (send large data over a stream)"
+            )
+        async with self._publish_lock:
+            wait = self._next_publish - trio.current_time()
+            if wait > 0:
+                await trio.sleep(wait)
+            try:
+                await self._pubsub.publish(topic, bytes(data))
+            finally:
+                self._next_publish = trio.current_time() + self.settings.publish_interval
+        self._metrics.gossip_out.labels(topic).inc()
+
+    def peers_on(self, topic: str) -> list[ID]:
+        """Peers known to be subscribed to ``topic``."""
+        return list(self._pubsub.peer_topics.get(topic, ()))
+
+
+# -- host --------------------------------------------------------------------------
+
+
+@dataclass
+class PeerInfoCard:
+    """What a ping returns: who the node is and what it runs."""
+
+    peer_id: str
+    addrs: list[str]
+    roles: list[str]
+    version: str
+    peers: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class NodeHost:
+    """A running libp2p host with gavel's settings; see the module docstring."""
+
+    def __init__(
+        self,
+        seed: bytes,
+        *,
+        listen: str = DEFAULT_LISTEN,
+        bootstrap: Sequence[str] = (),
+        metrics: NodeMetrics | None = None,
+        gossip: GossipSettings = GossipSettings(),
+        dial_timeout: float = 5.0,
+        request_timeout: float = 10.0,
+        reconnect_min: float = 0.25,
+        reconnect_max: float = 10.0,
+        roles: Sequence[str] = (),
+        version: str = "",
+    ) -> None:
+        self.signing_key, self._key_pair = identity_from_seed(seed)
+        self.peer_id = ID.from_pubkey(self._key_pair.public_key)
+        self.public_key = bytes(self.signing_key.verify_key)
+        self.metrics = metrics or NodeMetrics()
+        self.dial_timeout = dial_timeout
+        self.request_timeout = request_timeout
+        self.roles = list(roles)
+        self.version = version
+        self.info: dict[str, Any] = {}  # extra fields the ping answer carries
+        self._listen = Multiaddr(listen)
+        self._bootstrap = [self._parse_peer_addr(a) for a in bootstrap]
+        self._reconnect = (reconnect_min, reconnect_max)
+        self._gossip_settings = gossip
+        self._handlers: dict[str, Callable[[Any], Awaitable[None]]] = {}
+        self._scope = trio.CancelScope()
+        self._stopped = trio.Event()
+        self._running = False
+        self.libp2p: Any = None
+        self.gossip: Gossip | None = None
+        self.handle_requests(PING_PROTOCOL, self._answer_ping, PING_LIMITS)
+
+    # -- life cycle ------------------------------------------------------------
+
+    def _parse_peer_addr(self, addr: str) -> tuple[Multiaddr, ID]:
+        try:
+            ma = Multiaddr(addr)
+            info = info_from_p2p_addr(ma)
+        except Exception as error:
+            raise LocalError(f"{addr!r} is not a multiaddr ending in /p2p/<peer id>: {error}") from None
+        return ma, info.peer_id
+
+    def _build(self) -> None:
+        noise = NoiseTransport(self._key_pair, noise_privkey=new_x25519_key_pair().private_key)
+        self.libp2p = new_host(
+            key_pair=self._key_pair,
+            sec_opt={NOISE_ID: noise},  # Noise only: no plaintext fallback
+            muxer_opt={YAMUX_ID: Yamux},
+            connection_config=ConnectionConfig(max_connections_per_peer=1),
+            enable_mDNS=False,
+        )
+        # Our bootstrap loop owns retries and backoff; the swarm's own retries
+        # would only stretch each failed dial.
+        self.libp2p.get_network().retry_config = RetryConfig(max_retries=0)
+        s = self._gossip_settings
+        router = GossipSub(
+            protocols=[GOSSIP_V11, GOSSIP_V10],  # v1.2 queues an IDONTWANT per message
+            degree=s.degree,
+            degree_low=s.degree_low,
+            degree_high=s.degree_high,
+            heartbeat_interval=s.heartbeat,
+            spam_protection_enabled=False,
+            adaptive_gossip_enabled=False,
+        )
+        self._router = router
+        self._pubsub = Pubsub(self.libp2p, router)
+        self.gossip = Gossip(self._pubsub, self.peer_id, s, self.metrics)
+        for protocol, handler in self._handlers.items():
+            self.libp2p.set_stream_handler(protocol, handler)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Listen, keep bootstrap peers connected and serve until cancelled or closed."""
+        if self._running or self._stopped.is_set():
+            raise LocalError("a NodeHost runs once")
+        self._running = True
+        try:
+            with self._scope:
+                self._build()
+                async with self.libp2p.run([self._listen]):
+                    async with background_trio_service(self._pubsub), background_trio_service(self._router):
+                        await self._pubsub.wait_until_ready()
+                        async with trio.open_nursery() as nursery:
+                            self.gossip._attach(nursery)
+                            for addr, peer in self._bootstrap:
+                                nursery.start_soon(self._keep_connected, addr, peer)
+                            nursery.start_soon(self._count_peers)
+                            log.info("host %s listening on %s", self.peer_id, ", ".join(self.listen_addrs))
+                            task_status.started(self)
+                            await trio.sleep_forever()
+        finally:
+            if self.gossip is not None:
+                self.gossip._attach(None)
+            self._running = False
+            self._stopped.set()
+
+    async def aclose(self) -> None:
+        """Stop the host and wait (bounded) until it has shut down. Safe to call twice."""
+        self._scope.cancel()
+        if self._running:
+            with trio.move_on_after(5) as scope:
+                scope.shield = True
+                await self._stopped.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+
+    @property
+    def listen_addrs(self) -> list[str]:
+        """Full addresses, ``/p2p/<id>`` included, to give to other nodes."""
+        if self.libp2p is None:
+            return []
+        return [str(a) for a in self.libp2p.get_addrs()]
+
+    # -- peers -----------------------------------------------------------------
+
+    async def connect(self, addr: str) -> ID:
+        """Dial ``addr`` (with /p2p/<id>), bounded by ``dial_timeout``; return the peer."""
+        ma, peer = self._parse_peer_addr(addr)
+        if peer == self.peer_id:
+            raise LocalError("refusing to dial ourselves")
+        await self._dial(ma, peer)
+        return peer
+
+    async def _dial(self, ma: Multiaddr, peer: ID) -> None:
+        info = info_from_p2p_addr(ma)
+        # A failed dial bans the peer for 60 s, even after it restarts; a deliberate
+        # dial should always really try.
+        self.libp2p.get_network().unblock_peer(peer)
+        with trio.move_on_after(self.dial_timeout) as scope:
+            try:
+                await self.libp2p.connect(info)
+            except (BaseLibp2pError, OSError) as error:
+                raise PeerUnreachable(f"dial {ma} failed: {error}", peer=peer) from None
+        if scope.cancelled_caught:
+            raise PeerUnreachable(f"dial {ma} took over {self.dial_timeout:g} s", peer=peer)
+
+    def is_connected(self, peer: ID) -> bool:
+        return bool(self.libp2p is not None and self.libp2p.get_network().get_connections(peer))
+
+    def connected_peers(self) -> list[ID]:
+        return [] if self.libp2p is None else list(self.libp2p.get_connected_peers())
+
+    async def disconnect(self, peer: ID) -> None:
+        with trio.move_on_after(2):
+            try:
+                await self.libp2p.disconnect(peer)
+            except BaseLibp2pError as error:
+                log.debug("disconnect %s: %r", peer, error)
+
+    async def _keep_connected(self, addr: Multiaddr, peer: ID) -> None:
+        low, high = self._reconnect
+        delay = low
+        while True:
+            if self.is_connected(peer):
+                delay = low
+                await trio.sleep(1.0)
+                continue
+            try:
+                await self._dial(addr, peer)
+                log.info("connected to bootstrap peer %s", peer)
+                delay = low
+            except PeerError as error:
+                log.info("bootstrap %s: %s; retrying in %.2g s", addr, error, delay)
+                await trio.sleep(delay)
+                delay = min(delay * 2, high)
+
+    async def _count_peers(self) -> None:
+        while True:
+            self.metrics.peers.set(len(self.connected_peers()))
+            await trio.sleep(1.0)
+
+    def _on_peer_error(self, peer: ID, error: PeerError) -> None:
+        self.metrics.peer_error(error)
+
+    # -- stream protocols ------------------------------------------------------
+
+    def handle(self, protocol: str, handler: StreamHandler, limits: StreamLimits = StreamLimits()) -> None:
+        """Serve ``protocol``: each inbound stream runs ``handler(FramedStream)``;
+        the stream is closed afterwards and peer errors reset it."""
+        wrapped = guarded_handler(
+            protocol, handler, limits, traffic=self.metrics, on_peer_error=self._on_peer_error
+        )
+        self._handlers[protocol] = wrapped
+        if self.libp2p is not None:
+            self.libp2p.set_stream_handler(protocol, wrapped)
+
+    def handle_requests(self, protocol: str, respond: RequestHandler, limits: StreamLimits = StreamLimits()) -> None:
+        """Serve ``protocol`` as request/response: ``await respond(peer_id, request) -> answer``;
+        raise ``streams.RequestRefused(reason)`` to answer with an error."""
+        self.handle(protocol, request_handler(respond, limits), limits)
+
+    async def open_stream(
+        self, peer: ID, protocol: str, limits: StreamLimits = StreamLimits(), *, timeout: float | None = None
+    ) -> FramedStream:
+        """A new framed stream to ``peer``; close it with ``aclose()`` (or ``async with``)."""
+        if self.libp2p is None:
+            raise LocalError("the host is not running")
+        return await open_framed(
+            self.libp2p, peer, protocol, limits, timeout=timeout or self.request_timeout, traffic=self.metrics
+        )
+
+    async def request(
+        self,
+        peer: ID,
+        protocol: str,
+        payload: bytes,
+        *,
+        timeout: float | None = None,
+        limits: StreamLimits = StreamLimits(),
+    ) -> bytes:
+        """One request on a fresh stream; the answer's body, or a typed PeerError."""
+        timeout = timeout or self.request_timeout
+        framed = await self.open_stream(peer, protocol, limits, timeout=timeout)
+        async with framed:
+            try:
+                return await exchange(framed, payload, timeout=timeout)
+            except PeerError:
+                await framed.reset()
+                raise
+
+    async def open_channel(
+        self, peer: ID, protocol: str, *, timeout: float | None = None, limits: StreamLimits = StreamLimits()
+    ) -> RequestChannel:
+        """A kept stream for many requests (``async with await host.open_channel(...) as ch``)."""
+        timeout = timeout or self.request_timeout
+        framed = await self.open_stream(peer, protocol, limits, timeout=timeout)
+        return RequestChannel(framed, timeout=timeout)
+
+    # -- ping / identify -------------------------------------------------------
+
+    def card(self) -> PeerInfoCard:
+        return PeerInfoCard(
+            peer_id=str(self.peer_id),
+            addrs=self.listen_addrs,
+            roles=self.roles,
+            version=self.version,
+            peers=len(self.connected_peers()),
+            info=dict(self.info),
+        )
+
+    async def _answer_ping(self, peer: ID, request: bytes) -> bytes:
+        await trio.lowlevel.checkpoint()
+        if len(request) > 64:
+            raise BadMessage("ping request too long", peer=peer)
+        return pack({"nonce": request, **self.card().__dict__})
+
+    async def ping(self, peer: ID, *, timeout: float = 5.0) -> tuple[float, PeerInfoCard]:
+        """Round trip in seconds and the peer's card."""
+        nonce = int(time.monotonic_ns()).to_bytes(8, "big")
+        start = time.perf_counter()
+        answer = unpack(await self.request(peer, PING_PROTOCOL, nonce, timeout=timeout, limits=PING_LIMITS), peer=peer)
+        rtt = time.perf_counter() - start
+        if not isinstance(answer, dict) or answer.get("nonce") != nonce:
+            raise BadMessage("ping answer does not echo the nonce", peer=peer)
+        try:
+            card = PeerInfoCard(**{k: answer[k] for k in PeerInfoCard.__dataclass_fields__})
+        except (KeyError, TypeError):
+            raise BadMessage("malformed ping answer", peer=peer) from None
+        if card.peer_id != str(peer):
+            raise BadMessage(f"ping answer names {card.peer_id}", peer=peer)
+        return rtt, card
+
+
+@asynccontextmanager
+async def open_host(seed: bytes, **options: Any) -> AsyncIterator[NodeHost]:
+    """``async with open_host(seed, listen=..., bootstrap=[...]) as host:`` — running inside."""
+    async with trio.open_nursery() as nursery:
+        host: NodeHost = await nursery.start(NodeHost(seed, **options).run)
+        try:
+            yield host
+        finally:
+            await host.aclose()
+
