@@ -27,12 +27,16 @@ float32.
 - step_increment(step)                  -> step + 1   (int64, shape (); exact)
 - full(; shape, value, dtype)           -> an array of `shape` filled with `value`
   rounded to `dtype` (float32, int32 or int64); the seed of a backward pass.
+- dropout_at_step(x, step; p, seed, site) -> the registered "dropout" of x with
+  stream = DROPOUT_STREAM_BASE + site and counter = step * 2^32 (step: the int64
+  counter, shape ()). A mask takes at most 2^32 Philox blocks (2^34 elements), so
+  steps and sites never share random words. Backward: the same op on the gradient.
 
 The bias corrections come from the running powers beta^t kept as state tensors
 (each step multiplies them by beta), so no operator needs the step number as an
 attribute and a step's graph is the same at every step.
 
-None of these operators has a backward rule: they are the end of a step.
+Only dropout_at_step has a backward rule: the others are the end of a step.
 """
 from __future__ import annotations
 
@@ -46,6 +50,8 @@ from .errors import OpError
 from .registry import Attr
 
 FULL_DTYPES = ("float32", "int32", "int64")
+DROPOUT_STREAM_BASE = 1 << 32  # Philox streams below this are for data order and initialisation
+STEP_COUNTER_SHIFT = 32
 
 
 def _f32(value: float) -> np.float32:
@@ -120,8 +126,7 @@ def adamw_update(
 
 def step_increment(step: Any) -> Any:
     """step + 1 for an int64 scalar counter."""
-    if getattr(step, "dtype", None) != np.int64 or tuple(step.shape) != ():
-        raise OpError(f"step_increment: step must be an int64 array of shape (), got {getattr(step, 'dtype', step)!r}")
+    _require_step("step_increment", step)
     xp = array_module(step)
     return xp.asarray(xp.add(step, np.int64(1)))
 
@@ -141,6 +146,28 @@ def full(*, shape: tuple[int, ...], value: float, dtype: str) -> Any:
     return np.full(shape, fill, dtype=np.dtype(dtype))
 
 
+def _require_step(op: str, step: Any) -> int:
+    if getattr(step, "dtype", None) != np.int64 or tuple(step.shape) != ():
+        raise OpError(f"{op}: step must be an int64 array of shape (), got {getattr(step, 'dtype', step)!r}")
+    value = int(step)
+    if not 0 <= value < 1 << (64 - STEP_COUNTER_SHIFT):
+        raise OpError(f"{op}: step {value} is outside [0, 2^{64 - STEP_COUNTER_SHIFT})")
+    return value
+
+
+def dropout_at_step(x: Any, step: Any, *, p: float, seed: int, site: int) -> Any:
+    """Dropout whose mask depends on the step counter: "dropout" keyed by (seed, site, step)."""
+    counter = _require_step("dropout_at_step", step) << STEP_COUNTER_SHIFT
+    if not 0 <= site < 1 << 31:
+        raise OpError(f"dropout_at_step: site must lie in [0, 2^31), got {site}")
+    attrs = {"p": p, "seed": seed, "stream": DROPOUT_STREAM_BASE + site, "counter": counter}
+    return registry.run("dropout", (x,), attrs)
+
+
+def _dropout_at_step_vjp(emit, g, inputs, out, attrs):
+    return (emit("dropout_at_step", g, inputs[1], **attrs), None)
+
+
 registry.register("sgd_momentum", sgd_momentum, arity=3,
                   attrs={"momentum": Attr(float), "weight_decay": Attr(float, 0.0)})
 registry.register("sgd_update", sgd_update, arity=2, attrs={"lr": Attr(float)})
@@ -152,6 +179,8 @@ registry.register("adamw_update", adamw_update, arity=5,
 registry.register("step_increment", step_increment, arity=1)
 registry.register("full", full, arity=0,
                   attrs={"shape": Attr(tuple), "value": Attr(float), "dtype": Attr(str, "float32")})
+registry.register("dropout_at_step", dropout_at_step, arity=2,
+                  attrs={"p": Attr(float), "seed": Attr(int), "site": Attr(int)}, vjp=_dropout_at_step_vjp)
 
 
 def _ex_scalar(r: Any, low: float, high: float) -> np.ndarray:
@@ -171,6 +200,7 @@ EXAMPLES = {
          _ex_scalar(r, 0.3, 0.9), _ex_scalar(r, 0.9, 0.999)),
         {"lr": 1e-3, "eps": 1e-8, "weight_decay": 0.1},
     ),
-    "step_increment": lambda r: ((r.ints(1, high=1 << 40).reshape(()),), {}),
+    "step_increment": lambda r: ((r.ints(1, high=1 << 30).reshape(()),), {}),
+    "dropout_at_step": lambda r: ((r.normal(6, 17), r.ints(1, high=1000).reshape(())), {"p": 0.25, "seed": 7, "site": 3}),
     "full": lambda r: ((), {"shape": (3, 4), "value": 1.5, "dtype": "float32"}),
 }
