@@ -47,25 +47,29 @@ def _binary_inputs(op: str, a: Any, b: Any) -> tuple[Any, tuple[int, ...]]:
 def add(a: Any, b: Any) -> Any:
     """a + b in float32 (IEEE, broadcasting)."""
     xp, _ = _binary_inputs("add", a, b)
-    return as_array(xp, xp.add(a, b))
+    with ieee_quiet(xp):
+        return as_array(xp, xp.add(a, b))
 
 
 def sub(a: Any, b: Any) -> Any:
     """a - b in float32 (IEEE, broadcasting)."""
     xp, _ = _binary_inputs("sub", a, b)
-    return as_array(xp, xp.subtract(a, b))
+    with ieee_quiet(xp):
+        return as_array(xp, xp.subtract(a, b))
 
 
 def mul(a: Any, b: Any) -> Any:
     """a * b in float32 (IEEE, broadcasting)."""
     xp, _ = _binary_inputs("mul", a, b)
-    return as_array(xp, xp.multiply(a, b))
+    with ieee_quiet(xp):
+        return as_array(xp, xp.multiply(a, b))
 
 
 def div(a: Any, b: Any) -> Any:
     """a / b in float32 (IEEE, broadcasting)."""
     xp, _ = _binary_inputs("div", a, b)
-    return as_array(xp, xp.divide(a, b))
+    with ieee_quiet(xp):
+        return as_array(xp, xp.divide(a, b))
 
 
 def neg(x: Any) -> Any:
@@ -79,14 +83,16 @@ def mul_scalar(x: Any, value: float) -> Any:
     """x * float32(value), one float32 IEEE multiply."""
     require_float32("mul_scalar", "x", x)
     xp = array_module(x)
-    return as_array(xp, xp.multiply(x, float32_attr(value)))
+    with ieee_quiet(xp):
+        return as_array(xp, xp.multiply(x, float32_attr(value)))
 
 
 def add_scalar(x: Any, value: float) -> Any:
     """x + float32(value), one float32 IEEE add."""
     require_float32("add_scalar", "x", x)
     xp = array_module(x)
-    return as_array(xp, xp.add(x, float32_attr(value)))
+    with ieee_quiet(xp):
+        return as_array(xp, xp.add(x, float32_attr(value)))
 
 
 def relu(x: Any) -> Any:
