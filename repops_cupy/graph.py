@@ -174,12 +174,12 @@ class StepGraph:
 class StepRun:
     """What one execution gives back.
 
-    outputs: output name -> array (host NumPy), present when the whole graph ran.
+    outputs: output name -> array, present when the whole graph ran.
     node_hashes: the output hash of every node in order, when asked for.
     values: node id -> array for the nodes asked to be kept (on the device used).
     """
 
-    outputs: dict[str, np.ndarray]
+    outputs: dict[str, Any]
     node_hashes: list[bytes] | None
     values: dict[int, Any]
 
@@ -209,13 +209,15 @@ def execute(
     hashes: bool = False,
     keep: Iterable[int] = (),
     stop_after: int | None = None,
+    host_outputs: bool = True,
 ) -> StepRun:
     """Run one step.
 
-    leaf_values: every leaf's array by name (NumPy; moved to `xp` here).
+    leaf_values: every leaf's array by name (NumPy or already on `xp`; moved to `xp` here).
     hashes: hash every node's output, in order (leaves included).
     keep: node ids whose values are returned in `StepRun.values`.
     stop_after: run nodes 0..stop_after only (then no outputs are returned).
+    host_outputs: return outputs as NumPy arrays (else they stay on `xp`).
     Intermediates are freed after their last reader, except kept ones.
     """
     check_leaf_values(graph, leaf_values)
@@ -229,7 +231,8 @@ def execute(
     kept: dict[int, Any] = {}
     for node in graph.nodes[: last + 1]:
         if node.is_leaf:
-            out = to_device(np.asarray(leaf_values[node.name]), xp)
+            value = leaf_values[node.name]
+            out = np.asarray(value) if xp is np else xp.asarray(value)
         else:
             out = registry.run(node.op, [values[j] for j in node.inputs], node.attrs)
             if xp is not np and isinstance(out, np.ndarray):
@@ -249,9 +252,10 @@ def execute(
                 del values[j]
         if graph.last_use(node.id) == node.id and node.id not in pinned:
             del values[node.id]  # read by nobody (possible only for a leaf)
-    outputs: dict[str, np.ndarray] = {}
+    outputs: dict[str, Any] = {}
     if stop_after is None:
-        outputs = {name: to_numpy(values[i]) for name, i in graph.outputs.items()}
+        convert = to_numpy if host_outputs else (lambda a: a)
+        outputs = {name: convert(values[i]) for name, i in graph.outputs.items()}
     return StepRun(outputs, node_hashes, kept)
 
 

@@ -204,3 +204,69 @@ EXAMPLES = {
     "dropout_at_step": lambda r: ((r.normal(6, 17), r.ints(1, high=1000).reshape(())), {"p": 0.25, "seed": 7, "site": 3}),
     "full": lambda r: ((), {"shape": (3, 4), "value": 1.5, "dtype": "float32"}),
 }
+
+
+# --- optimizers as graph nodes ---------------------------------------------------------
+#
+# State names: parameters are "params/<name>"; AdamW keeps "optim/exp_avg/<name>",
+# "optim/exp_avg_sq/<name>" and the running powers "optim/beta1_power",
+# "optim/beta2_power" (1.0 at the start); SGD with momentum keeps
+# "optim/momentum_buffer/<name>". `builder` is a graph builder (`graph.GraphBuilder`):
+# anything with `op(name, *inputs, **attrs)`.
+
+PARAM_PREFIX = "params/"
+
+
+def initial_optimizer_state(spec, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Optimizer state for parameters named as in `params` (without the "params/" prefix)."""
+    state: dict[str, np.ndarray] = {}
+    if spec.kind == "adamw":
+        for name, p in params.items():
+            state[f"optim/exp_avg/{name}"] = np.zeros_like(p)
+            state[f"optim/exp_avg_sq/{name}"] = np.zeros_like(p)
+        state["optim/beta1_power"] = np.ones((), np.float32)
+        state["optim/beta2_power"] = np.ones((), np.float32)
+    elif spec.kind == "sgd":
+        if spec.momentum > 0.0:
+            for name, p in params.items():
+                state[f"optim/momentum_buffer/{name}"] = np.zeros_like(p)
+    else:
+        raise ValueError(f"unknown optimizer {spec.kind!r}")
+    return state
+
+
+def optimizer_nodes(builder, spec, state: dict, grads: dict) -> dict:
+    """Record one update; returns the new value of every parameter and optimizer state tensor.
+
+    state: state name -> graph tensor (parameters and optimizer state);
+    grads: parameter name (without prefix) -> gradient tensor.
+    """
+    b = builder
+    new: dict = {}
+    if spec.kind == "adamw":
+        p1 = b.op("beta_power_step", state["optim/beta1_power"], beta=spec.beta1)
+        p2 = b.op("beta_power_step", state["optim/beta2_power"], beta=spec.beta2)
+        new["optim/beta1_power"], new["optim/beta2_power"] = p1, p2
+        for name, g in grads.items():
+            m = b.op("adam_moment1", state[f"optim/exp_avg/{name}"], g, beta=spec.beta1)
+            v = b.op("adam_moment2", state[f"optim/exp_avg_sq/{name}"], g, beta=spec.beta2)
+            new[f"optim/exp_avg/{name}"], new[f"optim/exp_avg_sq/{name}"] = m, v
+            new[PARAM_PREFIX + name] = b.op("adamw_update", state[PARAM_PREFIX + name], m, v, p1, p2,
+                                            lr=spec.lr, eps=spec.eps, weight_decay=spec.weight_decay)
+    elif spec.kind == "sgd":
+        for name, g in grads.items():
+            param = state[PARAM_PREFIX + name]
+            if spec.momentum > 0.0:
+                buf = b.op("sgd_momentum", state[f"optim/momentum_buffer/{name}"], g, param,
+                           momentum=spec.momentum, weight_decay=spec.weight_decay)
+                new[f"optim/momentum_buffer/{name}"] = buf
+            elif spec.weight_decay != 0.0:
+                # momentum 0: buf' = 0 * momentum + d would read a buffer that is not kept
+                buf = b.op("sgd_momentum", b.op("full", shape=param.shape, value=0.0), g, param,
+                           momentum=0.0, weight_decay=spec.weight_decay)
+            else:
+                buf = g
+            new[PARAM_PREFIX + name] = b.op("sgd_update", param, buf, lr=spec.lr)
+    else:
+        raise ValueError(f"unknown optimizer {spec.kind!r}")
+    return new
