@@ -121,12 +121,13 @@ def _tree_sum_any(xp: Any, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any
         return xp.zeros(out_shape, dtype=np.float64)
     kept = [i for i in range(len(shape)) if i not in axes]
     rows = math.prod(shape[i] for i in kept)
-    if rows < _ROWS_FOR_COLUMN_LAYOUT:
-        a = x.transpose(kept + list(axes)).astype(np.float64, order="C").reshape(rows, n)
-        total = _tree_last(xp, a)
-    else:
-        a = x.transpose(list(axes) + kept).astype(np.float64, order="C").reshape(n, rows)
-        total = _tree_first(xp, a)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN sums are IEEE results
+        if rows < _ROWS_FOR_COLUMN_LAYOUT:
+            a = x.transpose(kept + list(axes)).astype(np.float64, order="C").reshape(rows, n)
+            total = _tree_last(xp, a)
+        else:
+            a = x.transpose(list(axes) + kept).astype(np.float64, order="C").reshape(n, rows)
+            total = _tree_first(xp, a)
     return total.reshape(out_shape)
 
 
