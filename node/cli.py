@@ -12,6 +12,8 @@ import sys
 # name -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "selfcheck": ("repops_cupy.selfcheck", "main", "check that every operator gives identical bits across CPU configurations (and the GPU)"),
+    "node": ("node.node_cli", "node_main", "create a node's data directory (init) or run the node (start)"),
+    "status": ("node.node_cli", "status_main", "is the node of a data directory running? ping it"),
     "train": ("node.train_cli", "train_main", "train a job (TOML) with reproducible operators; prints the trace root"),
     "replay": ("node.train_cli", "replay_main", "recompute one checkpoint interval of a trained job and compare with its trace"),
 }
