@@ -81,7 +81,10 @@ def device_module(device: str) -> ModuleType:
 class TrainingProgram:
     """A job made executable: data set, network, initial state, step graph and batches."""
 
-    def __init__(self, spec: JobSpec, dataset: Dataset | None = None, net: Layer | None = None) -> None:
+    def __init__(self, spec: JobSpec, dataset: Dataset | None = None, net: Layer | None = None,
+                 initial_params: dict[str, np.ndarray] | None = None) -> None:
+        """`net` and `initial_params` replace the network and weights the spec describes
+        (the torch bridge passes a converted module and its weights)."""
         self.spec = spec
         self.dataset = dataset if dataset is not None else load_dataset(spec.data, spec.seed, spec.base_dir)
         if self.dataset.is_language != spec.data.is_language:
@@ -91,11 +94,20 @@ class TrainingProgram:
             net = build_network(spec.model, vocab_size=ds.vocab_size, context=spec.data.context,
                                 n_features=ds.n_features if not ds.is_language else 0, n_classes=ds.n_classes)
         self.net = net
+        self._initial_params = initial_params
         self._graph: StepGraph | None = None
 
     # --- state and batches ---------------------------------------------------------
     def initial_state(self) -> dict[str, np.ndarray]:
         params = init_params(self.net, self.spec.seed)
+        if self._initial_params is not None:
+            given = {n: np.asarray(v) for n, v in self._initial_params.items()}
+            if set(given) != set(params):
+                raise TrainingError(f"initial parameters differ from the network's: {sorted(set(given) ^ set(params))}")
+            for n, v in given.items():
+                if v.shape != params[n].shape or v.dtype != np.float32:
+                    raise TrainingError(f"initial parameter {n!r}: expected float32 {params[n].shape}, got {v.dtype} {v.shape}")
+            params = {n: np.ascontiguousarray(given[n]) for n in params}
         state = {PARAM_PREFIX + n: p for n, p in params.items()}
         state.update(initial_optimizer_state(self.spec.optimizer, params))
         state[STEP_KEY] = np.zeros((), np.int64)

@@ -1,0 +1,183 @@
+"""Between torch.nn modules and traceable layer trees: build the graph from a torch model,
+and put trained weights back into it.
+
+Supported torch layers: Linear, Embedding, LayerNorm (1-D, with affine parameters),
+GELU, ReLU, Dropout, Sequential, and the three modules defined here --
+`CausalSelfAttention`, `TransformerBlock` and `TinyGPT` -- which users can build
+their own models from. Anything else raises `UnsupportedLayer` naming the layer's
+path and type. Parameter names are the module's ``state_dict`` keys on both sides.
+
+    net = to_layer(module)                  # the layer tree the step graph is traced from
+    params = params_from_module(module)     # its weights as float32 NumPy arrays
+    load_into_module(module, state)         # trained weights back into the module
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from .models import layers as L
+from .models.gpt import GPT
+from .optim import PARAM_PREFIX
+
+
+class UnsupportedLayer(TypeError):
+    """A torch module the bridge cannot trace."""
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with separate q, k, v and output projections."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"n_heads ({n_heads}) must divide d_model ({d_model})")
+        self.d_model, self.n_heads, self.dropout_p = d_model, n_heads, dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h, hd = self.n_heads, d // self.n_heads
+
+        def heads(proj: nn.Linear) -> torch.Tensor:
+            return proj(x).reshape(b, t, h, hd).transpose(1, 2)
+
+        q, k, v = heads(self.q_proj), heads(self.k_proj), heads(self.v_proj)
+        att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        att = self.drop(torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1))
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        return self.drop(self.out_proj(y))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x))."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0, gelu: str = "tanh") -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads, dropout)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(approximate=gelu), nn.Linear(d_ff, d_model),
+                                 nn.Dropout(dropout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    """Decoder-only transformer LM: token + position embeddings, blocks, final norm, untied head."""
+
+    def __init__(self, vocab_size: int, context: int, d_model: int, n_layers: int, n_heads: int, d_ff: int,
+                 dropout: float = 0.0, gelu: str = "tanh") -> None:
+        super().__init__()
+        self.vocab_size, self.context = vocab_size, context
+        self.wte = nn.Embedding(vocab_size, d_model)
+        self.wpe = nn.Embedding(context, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.Sequential(*[TransformerBlock(d_model, n_heads, d_ff, dropout, gelu) for _ in range(n_layers)])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.drop(self.wte(ids) + self.wpe.weight[: ids.shape[1]])
+        return self.head(self.ln_f(self.blocks(x)))
+
+
+def _dropout_p(module: nn.Module) -> float:
+    return float(module.drop.p)
+
+
+def to_layer(module: nn.Module, path: str = "") -> L.Layer:
+    """The traceable layer tree of a torch module (raises UnsupportedLayer naming the layer)."""
+    where = path or "<root>"
+    if isinstance(module, nn.Linear):
+        return L.Linear(module.in_features, module.out_features, bias=module.bias is not None)
+    if isinstance(module, nn.Embedding):
+        if module.padding_idx is not None or module.max_norm is not None:
+            raise UnsupportedLayer(f"layer {where!r} (Embedding): padding_idx and max_norm are not supported")
+        return L.Embedding(module.num_embeddings, module.embedding_dim)
+    if isinstance(module, nn.LayerNorm):
+        if len(module.normalized_shape) != 1 or not module.elementwise_affine or module.bias is None:
+            raise UnsupportedLayer(f"layer {where!r} (LayerNorm): only 1-D layer norm with weight and bias")
+        return L.LayerNorm(module.normalized_shape[0], module.eps)
+    if isinstance(module, nn.GELU):
+        return L.GELU(module.approximate)
+    if isinstance(module, nn.ReLU):
+        return L.ReLU()
+    if isinstance(module, nn.Dropout):
+        return L.Dropout(float(module.p))
+    if isinstance(module, nn.Sequential):
+        return L.Sequential([to_layer(child, f"{path}.{name}" if path else name) for name, child in module.named_children()])
+    if isinstance(module, CausalSelfAttention):
+        return L.CausalSelfAttention(module.d_model, module.n_heads, _dropout_p(module))
+    if isinstance(module, TransformerBlock):
+        return L.TransformerBlock(module.attn.d_model, module.attn.n_heads, module.mlp[0].out_features,
+                                  float(module.mlp[3].p), module.mlp[1].approximate)
+    if isinstance(module, TinyGPT):
+        first = module.blocks[0] if len(module.blocks) else None
+        if first is None:
+            raise UnsupportedLayer(f"layer {where!r} (TinyGPT): needs at least one block")
+        return GPT(module.vocab_size, module.context, module.wte.embedding_dim, len(module.blocks),
+                   first.attn.n_heads, first.mlp[0].out_features, _dropout_p(module), first.mlp[1].approximate)
+    raise UnsupportedLayer(f"layer {where!r} ({type(module).__name__}) is not supported by the graph builder")
+
+
+def to_torch(layer: L.Layer) -> nn.Module:
+    """A torch module with the same structure and parameter names as `layer` (weights unset)."""
+    if isinstance(layer, L.Linear):
+        return nn.Linear(layer.in_features, layer.out_features, bias=layer.bias)
+    if isinstance(layer, L.Embedding):
+        return nn.Embedding(layer.num_embeddings, layer.embedding_dim)
+    if isinstance(layer, L.LayerNorm):
+        return nn.LayerNorm(layer.dim, eps=layer.eps)
+    if isinstance(layer, L.GELU):
+        return nn.GELU(approximate=layer.approximate)
+    if isinstance(layer, L.ReLU):
+        return nn.ReLU()
+    if isinstance(layer, L.Dropout):
+        return nn.Dropout(layer.p)
+    if isinstance(layer, L.Sequential):
+        return nn.Sequential(*[to_torch(child) for child in layer.layers])
+    if isinstance(layer, L.CausalSelfAttention):
+        return CausalSelfAttention(layer.d_model, layer.n_heads, layer.dropout)
+    if isinstance(layer, L.TransformerBlock):
+        return TransformerBlock(layer.d_model, layer.n_heads, layer.d_ff, layer.dropout, layer.gelu)
+    if isinstance(layer, GPT):
+        return TinyGPT(layer.vocab_size, layer.context, layer.d_model, layer.n_layers, layer.n_heads, layer.d_ff,
+                       layer.dropout, layer.gelu)
+    raise UnsupportedLayer(f"no torch module for {type(layer).__name__}")
+
+
+def params_from_module(module: nn.Module) -> dict[str, np.ndarray]:
+    """The module's parameters as float32 NumPy arrays, by state_dict name."""
+    return {name: p.detach().to(torch.float32).cpu().numpy().copy() for name, p in module.state_dict().items()}
+
+
+def load_into_module(module: nn.Module, params: Mapping[str, np.ndarray]) -> nn.Module:
+    """Put weights into `module`; `params` may be a training state ("params/..." keys are taken)."""
+    if any(k.startswith(PARAM_PREFIX) for k in params):
+        params = {k[len(PARAM_PREFIX):]: v for k, v in params.items() if k.startswith(PARAM_PREFIX)}
+    tensors = {name: torch.from_numpy(np.array(v, dtype=np.float32)) for name, v in params.items()}
+    module.load_state_dict(tensors, strict=True)
+    return module
+
+
+def program_from_torch(module: nn.Module, spec):
+    """A training program whose network and initial weights are those of `module`.
+
+    `spec` (a JobSpec) gives the data, optimizer, seed and batch size; its [model]
+    table is ignored.
+    """
+    from .train import TrainingProgram  # noqa: PLC0415 - train imports every operator module
+
+    return TrainingProgram(spec, net=to_layer(module), initial_params=params_from_module(module))
