@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import struct
-from decimal import Decimal, localcontext
+from decimal import MAX_EMAX, MIN_EMIN, Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
@@ -194,6 +194,11 @@ def philox4x32(ctr, key, rounds: int = 10) -> list[int]:
 PRECISION = 40  # significant decimal digits of the Decimal references
 
 
+def _context(prec: int = PRECISION):
+    """A decimal context with `prec` digits and an exponent range wide enough for exp(1e8)."""
+    return localcontext(prec=prec, Emax=MAX_EMAX, Emin=MIN_EMIN)
+
+
 def _pi() -> Decimal:
     """pi to the current context precision (the series of the `decimal` documentation)."""
     with localcontext() as ctx:
@@ -210,14 +215,12 @@ def _pi() -> Decimal:
 
 
 def true_exp(x: float) -> Decimal:
-    with localcontext() as ctx:
-        ctx.prec = PRECISION
+    with _context():
         return Decimal(x).exp()
 
 
 def true_log(x: float) -> Decimal:
-    with localcontext() as ctx:
-        ctx.prec = PRECISION
+    with _context():
         return Decimal(x).ln()
 
 
@@ -229,51 +232,49 @@ def _extra_digits(x: float) -> int:
 def true_tanh(x: float) -> Decimal:
     if x == 0:
         return Decimal(x)
-    with localcontext() as ctx:
-        ctx.prec = PRECISION + _extra_digits(x)
+    with _context(PRECISION + _extra_digits(x)):
         em1 = (Decimal(2) * Decimal(x)).exp() - 1
         return em1 / (em1 + 2)
 
 
-def true_erf(x: float) -> Decimal:
-    """erf by its Taylor series for |x| < 6; beyond, 1 - 10^-18 (erfc(6) < 2.2e-17)."""
-    if x == 0:
-        return Decimal(x)
-    ax = abs(x)
-    if ax >= 6.0:
-        value = 1 - Decimal(10) ** -18
+def true_erf(x) -> Decimal:
+    """erf of a float or Decimal by its Taylor series, with digits added for the series'
+    cancellation (its terms reach e^(x^2)) and for 1 + erf(x) at negative x (erfc(x) is
+    about e^(-x^2)); for |x| >= 15, +-(1 - 10^-100) (erfc(15) < 1e-99)."""
+    d = Decimal(x)
+    if d == 0:
+        return d
+    ax = d.copy_abs()
+    if ax >= 15:
+        value = 1 - Decimal(10) ** -100
     else:
-        with localcontext() as ctx:
-            ctx.prec = PRECISION + 20 + _extra_digits(x)
-            d = Decimal(ax)
-            z = d * d
-            term, total, n = d, d, 0
+        square_digits = int(float(ax) ** 2 / 2.302585) + 1
+        with _context(PRECISION + 20 + 2 * square_digits + _extra_digits(float(ax))) as ctx:
+            z = ax * ax
+            term, total, n = ax, ax, 0
             while True:
                 n += 1
                 term = -term * z / n
                 add = term / (2 * n + 1)
-                if add == 0 or abs(add) < abs(total) * Decimal(10) ** -(ctx.prec + 2):
+                if add == 0 or add.copy_abs() < total.copy_abs() * Decimal(10) ** -(ctx.prec + 2):
                     break
                 total += add
             value = total * 2 / _pi().sqrt()
-    return -value if x < 0 else value
+    return value.copy_negate() if d < 0 else value
 
 
 def true_sigmoid(x: float) -> Decimal:
-    with localcontext() as ctx:
-        ctx.prec = PRECISION
+    with _context():
         return 1 / (1 + (-Decimal(x)).exp())
 
 
 def true_rsqrt(x: float) -> Decimal:
-    with localcontext() as ctx:
-        ctx.prec = PRECISION
+    with _context():
         return 1 / Decimal(x).sqrt()
 
 
 def true_sqrt(x: float) -> Decimal:
-    with localcontext() as ctx:
-        ctx.prec = PRECISION
+    with _context():
         return Decimal(x).sqrt()
 
 
@@ -283,6 +284,12 @@ F32_OVERFLOW = F32_MAX + Fraction(2) ** (127 - 24)  # max + half an ulp rounds t
 
 def nearest_f32(value) -> np.float32:
     """The float32 nearest to an exact value (Fraction or Decimal), ties to even."""
+    if isinstance(value, Decimal) and value.is_finite() and value != 0:
+        # far outside the float32 range, skip the (huge) exact rational
+        if value.copy_abs() > Decimal("1e40"):
+            return np.float32(math.copysign(math.inf, value))
+        if value.copy_abs() < Decimal("1e-50"):
+            return np.float32(math.copysign(0.0, value))
     v = Fraction(value)
     if abs(v) >= F32_OVERFLOW:
         return np.float32(math.copysign(math.inf, v))
@@ -304,4 +311,6 @@ def ulp_error_f32(y: np.float32, value) -> float:
     if not np.isfinite(r) or not np.isfinite(y):
         return 0.0 if (y == r) else math.inf
     ulp = Fraction(float(np.spacing(np.abs(r)))) if r != 0 else Fraction(2) ** -149
+    if r == 0 and isinstance(value, Decimal) and value.copy_abs() < Decimal("1e-50"):
+        value = Decimal(0)  # below every float32 by far; the difference is immaterial
     return float(abs(Fraction(float(y)) - Fraction(value)) / ulp)
