@@ -173,6 +173,41 @@ def erf(x: float) -> float:
     return -y if x < 0 else y
 
 
+def _tail(ax: float, split: float) -> float:
+    s = 1.0 / (ax * ax)
+    if ax < split:
+        big_r, big_s = _horner(s, T.ERF_RA), _horner(s, (1.0, *T.ERF_SA))
+    else:
+        big_r, big_s = _horner(s, T.ERF_RB), _horner(s, (1.0, *T.ERF_SB))
+    bits = struct.unpack("<Q", struct.pack("<d", ax))[0] & 0xFFFFFFFF00000000
+    zh = struct.unpack("<d", struct.pack("<Q", bits))[0]
+    return exp(-zh * zh - 0.5625) * exp((zh - ax) * (zh + ax) + big_r / big_s)
+
+
+def erfc(x: float) -> float:
+    if math.isnan(x):
+        return x
+    ax = abs(x)
+    if ax < T.ERF_SMALL:
+        if ax < T.ERFC_TINY:
+            return 1.0 - x
+        z = x * x
+        y = _horner(z, T.ERF_PP) / _horner(z, (1.0, *T.ERF_QQ))
+        if x < T.ERFC_QUARTER:
+            return 1.0 - (x + x * y)
+        return 0.5 - (x * y + (x - 0.5))
+    if ax < T.ERF_MID:
+        s = ax - 1.0
+        ratio = _horner(s, T.ERF_PA) / _horner(s, (1.0, *T.ERF_QA))
+        return 1.0 + (T.ERF_ERX + ratio) if x < 0 else (1.0 - T.ERF_ERX) - ratio
+    if ax >= T.ERFC_BIG:
+        return 2.0 if x < 0 else 0.0
+    if x < 0 and ax >= T.ERF_BIG:
+        return 2.0
+    q = _tail(ax, T.ERFC_SPLIT) / ax
+    return 2.0 - q if x < 0 else q
+
+
 def sigmoid(x: float) -> float:
     e = exp(-x)
     return 1.0 / (1.0 + e)

@@ -10,7 +10,7 @@ in exactly the order written in their code; every polynomial is evaluated by Hor
 rule as written. Their output bits are therefore a pure function of the input bits.
 
 The algorithms and coefficients are those of fdlibm (e_exp.c, s_expm1.c, e_log.c as
-restructured in musl, s_tanh.c, s_erf.c), each with error below 1 float64 ulp, so
+restructured in musl, s_tanh.c, s_erf.c for erf and erfc), each with error below 1 float64 ulp, so
 the float32 results are correctly rounded on all but a vanishing share of inputs
 (see scripts/accuracy_repops.py). Differences from fdlibm, all part of this spec:
 
@@ -24,6 +24,7 @@ the float32 results are correctly rounded on all but a vanishing share of inputs
 Special values, as IEEE/C99 say: exp(NaN)=NaN, exp(+inf)=+inf, exp(-inf)=+0,
 overflow to +inf above O_THRESHOLD, +0 below U_THRESHOLD; log(x<0)=NaN, log(+-0)=-inf,
 log(+inf)=+inf; tanh(+-inf)=+-1, tanh(+-0)=+-0; erf(+-inf)=+-1, erf(+-0)=+-0;
+erfc(+inf)=+0, erfc(-inf)=2;
 expm1(-inf)=-1; every function maps NaN to NaN.
 
 Public float32 operators (registered, with backward rules):
@@ -124,7 +125,11 @@ ERF_SUBNORMAL = 2.0**-1015  # |x| below: (8x + EFX8*x) / 8, so EFX*x keeps its b
 ERF_SMALL = 0.84375
 ERF_MID = 1.25
 ERF_BIG = 6.0  # |x| at or above: erf = +-1
-ERF_SPLIT = _from_bits(0x4006DB6E00000000)  # ~1/0.35: erfc tail switches from RA/SA to RB/SB
+ERF_SPLIT = _from_bits(0x4006DB6E00000000)  # ~1/0.35: erf's tail switches from RA/SA to RB/SB
+ERFC_SPLIT = _from_bits(0x4006DB6D00000000)  # the same switch in erfc (one unit lower, as in fdlibm)
+ERFC_QUARTER = 0.25  # x below: erfc = 1 - erf directly
+ERFC_TINY = 2.0**-56  # |x| below: erfc = 1 - x
+ERFC_BIG = 28.0  # x at or above: erfc = +0
 TWO_OVER_SQRTPI = 1.1283791670955126  # 2/sqrt(pi), nearest double
 
 
@@ -304,17 +309,53 @@ def erf_f64(x: Any) -> Any:
         mid = ERF_ERX + _poly(s, ERF_PA) / _one_plus_poly(s, ERF_QA)
         # 1.25 <= |x| < 6 (other lanes computed on a harmless stand-in value)
         at = xp.where((ax >= ERF_MID) & (ax < ERF_BIG), ax, 2.0)
-        s = 1.0 / (at * at)
-        first = at < ERF_SPLIT
-        big_r = xp.where(first, _poly(s, ERF_RA), _poly(s, ERF_RB))
-        big_s = xp.where(first, _one_plus_poly(s, ERF_SA), _one_plus_poly(s, ERF_SB))
-        zh = (at.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
-        r = exp_f64(-zh * zh - 0.5625) * exp_f64((zh - at) * (zh + at) + big_r / big_s)
-        tail = 1.0 - r / at
+        tail = 1.0 - _erf_tail_exp(xp, at, ERF_SPLIT) / at
         magnitude = xp.where(ax < ERF_BIG, tail, 1.0)
         magnitude = xp.where(ax < ERF_MID, mid, magnitude)
         y = xp.where(neg, -magnitude, magnitude)
         y = xp.where(ax < ERF_SMALL, y_small, y)
+        return xp.where(nan, x, y)
+
+
+def _erf_tail_exp(xp: Any, at: Any, split: float) -> Any:
+    """exp(-zh*zh - 0.5625) * exp((zh-a)*(zh+a) + R/S) for a = at in [1.25, 28): erfc(a) * a."""
+    s = 1.0 / (at * at)
+    first = at < split
+    big_r = xp.where(first, _poly(s, ERF_RA), _poly(s, ERF_RB))
+    big_s = xp.where(first, _one_plus_poly(s, ERF_SA), _one_plus_poly(s, ERF_SB))
+    zh = (at.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
+    return exp_f64(-zh * zh - 0.5625) * exp_f64((zh - at) * (zh + at) + big_r / big_s)
+
+
+def erfc_f64(x: Any) -> Any:
+    """1 - erf(x) of a float64 array without cancellation, float64 out (fdlibm s_erf.c).
+
+    |x| < 2^-56: 1 - x; |x| < 0.84375: y = P(z)/Q(z), z = x*x, then 1 - (x + x*y) for
+    x < 1/4, else 0.5 - (x*y + (x - 0.5)); 0.84375 <= |x| < 1.25: s = |x| - 1,
+    (1 - ERX) - PA/QA for x > 0, 1 + (ERX + PA/QA) for x < 0; 1.25 <= |x| < 28: r as in
+    erf_f64 (RA/SA below ERFC_SPLIT, else RB/SB), r/|x| for x > 0, 2 - r/|x| for x < 0,
+    and 2 for x < -6; |x| >= 28: +0 for x > 0, 2 for x < 0. erfc(+inf) = +0, erfc(-inf) = 2.
+    """
+    xp = _require_f64("erfc_f64", x)
+    with _quiet(xp):
+        nan = xp.isnan(x)
+        ax = xp.abs(x)
+        neg = x < 0
+        z = x * x
+        y = _poly(z, ERF_PP) / _one_plus_poly(z, ERF_QQ)
+        small = xp.where(x < ERFC_QUARTER, 1.0 - (x + x * y), 0.5 - (x * y + (x - 0.5)))
+        small = xp.where(ax < ERFC_TINY, 1.0 - x, small)
+        s = ax - 1.0
+        ratio = _poly(s, ERF_PA) / _one_plus_poly(s, ERF_QA)
+        mid = xp.where(neg, 1.0 + (ERF_ERX + ratio), (1.0 - ERF_ERX) - ratio)
+        at = xp.where((ax >= ERF_MID) & (ax < ERFC_BIG), ax, 2.0)
+        q = _erf_tail_exp(xp, at, ERFC_SPLIT) / at
+        tail = xp.where(neg, 2.0 - q, q)
+        tail = xp.where(neg & (ax >= ERF_BIG), 2.0, tail)
+        far = xp.where(neg, 2.0, 0.0)
+        y = xp.where(ax < ERFC_BIG, tail, far)
+        y = xp.where(ax < ERF_MID, mid, y)
+        y = xp.where(ax < ERF_SMALL, small, y)
         return xp.where(nan, x, y)
 
 

@@ -6,6 +6,7 @@ accuracy side. Timings are not asserted.
 """
 import importlib
 import math
+from decimal import Decimal
 import struct
 import warnings
 
@@ -26,6 +27,7 @@ PRIMITIVES = {
     "log_f64": (T.log_f64, ref.log),
     "tanh_f64": (T.tanh_f64, ref.tanh),
     "erf_f64": (T.erf_f64, ref.erf),
+    "erfc_f64": (T.erfc_f64, ref.erfc),
     "sigmoid_f64": (T.sigmoid_f64, ref.sigmoid),
 }
 PUBLIC = {
@@ -119,6 +121,21 @@ def test_primitives_are_independent_of_layout():
         assert np.array_equal(_bits64(fast(np.asfortranarray(x))), _bits64(whole)), name
         assert np.array_equal(_bits64(fast(x[:, ::3])), _bits64(whole[:, ::3])), name
         assert np.array_equal(_bits64(fast(x[5])), _bits64(whole[5])), name
+
+
+def test_erfc_f64_is_accurate_where_one_minus_erf_cancels():
+    x = np.concatenate([np.linspace(-6.5, 27.5, 400), [0.1, 0.3, 0.9, 1.1, 2.0, 5.0, 10.0, 20.0]])
+    with np.errstate(all="ignore"):
+        got = T.erfc_f64(x)
+    worst = 0.0
+    for xi, yi in zip(x, got):
+        with ref._context(80):
+            true = 1 - ref.true_erf(float(xi))
+        if true == 0:
+            continue
+        rel = abs((Decimal(float(yi)) - true) / true)
+        worst = max(worst, float(rel))
+    assert worst < 2**-50  # a few float64 ulps, also where erfc(x) is 1e-300
 
 
 def test_primitives_reject_other_dtypes():
