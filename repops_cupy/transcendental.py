@@ -47,6 +47,7 @@ fdlibm notice (its coefficients and algorithms are used here):
 from __future__ import annotations
 
 import contextlib
+import functools
 import struct
 from typing import Any
 
@@ -148,6 +149,28 @@ def _require_f64(op: str, x: Any) -> Any:
     return xp
 
 
+# NumPy evaluates a formula one operation at a time over the whole array; in pieces of
+# this many elements the temporaries stay in cache (several times faster; same bits).
+_CHUNK = 16384
+
+
+def _in_chunks(fn):
+    """Apply a float64 elementwise function to cache-sized pieces on the NumPy path."""
+
+    @functools.wraps(fn)
+    def chunked(x: Any) -> Any:
+        xp = _require_f64(fn.__name__, x)
+        if xp is not np or x.size <= _CHUNK:
+            return fn(x)
+        flat = x.reshape(-1)
+        out = np.empty(flat.shape, dtype=np.float64)
+        for start in range(0, flat.size, _CHUNK):
+            out[start : start + _CHUNK] = fn(flat[start : start + _CHUNK])
+        return out.reshape(x.shape)
+
+    return chunked
+
+
 def _poly(z: Any, coeffs: tuple[float, ...]) -> Any:
     """c0 + z*(c1 + z*(... + z*cn)) evaluated innermost first."""
     acc = z * coeffs[-1]
@@ -167,6 +190,7 @@ def _one_plus_poly(z: Any, coeffs: tuple[float, ...]) -> Any:
 # --- float64 primitives -----------------------------------------------------------
 
 
+@_in_chunks
 def exp_f64(x: Any) -> Any:
     """e^x of a float64 array, float64 out (fdlibm method; see the module docstring).
 
@@ -192,6 +216,7 @@ def exp_f64(x: Any) -> Any:
         return xp.where(nan, x, y)
 
 
+@_in_chunks
 def expm1_f64(x: Any) -> Any:
     """e^x - 1 of a float64 array, float64 out (fdlibm s_expm1.c, uniform reduction)."""
     xp = _require_f64("expm1_f64", x)
@@ -231,6 +256,7 @@ def expm1_f64(x: Any) -> Any:
         return xp.where(nan, x, y)
 
 
+@_in_chunks
 def log_f64(x: Any) -> Any:
     """Natural log of a float64 array, float64 out (fdlibm/musl method).
 
@@ -263,6 +289,7 @@ def log_f64(x: Any) -> Any:
         return xp.where(invalid, np.nan, y)
 
 
+@_in_chunks
 def tanh_f64(x: Any) -> Any:
     """tanh of a float64 array, float64 out (fdlibm s_tanh.c).
 
@@ -284,6 +311,7 @@ def tanh_f64(x: Any) -> Any:
         return xp.where(nan, x, y)
 
 
+@_in_chunks
 def erf_f64(x: Any) -> Any:
     """erf of a float64 array, float64 out (fdlibm s_erf.c, four intervals of |x|).
 
@@ -327,6 +355,7 @@ def _erf_tail_exp(xp: Any, at: Any, split: float) -> Any:
     return exp_f64(-zh * zh - 0.5625) * exp_f64((zh - at) * (zh + at) + big_r / big_s)
 
 
+@_in_chunks
 def erfc_f64(x: Any) -> Any:
     """1 - erf(x) of a float64 array without cancellation, float64 out (fdlibm s_erf.c).
 
@@ -359,6 +388,7 @@ def erfc_f64(x: Any) -> Any:
         return xp.where(nan, x, y)
 
 
+@_in_chunks
 def sigmoid_f64(x: Any) -> Any:
     """1 / (1 + exp_f64(-x)) of a float64 array, float64 out."""
     xp = _require_f64("sigmoid_f64", x)
@@ -373,7 +403,13 @@ def _unary_f32(op: str, x: Any, f64: Any) -> Any:
     require_float32(op, "x", x)
     xp = array_module(x)
     with _quiet(xp):  # results beyond the float32 range round to +-inf, as IEEE says
-        return as_array(xp, f64(x.astype(np.float64)).astype(np.float32))
+        if xp is not np or x.size <= _CHUNK:
+            return as_array(xp, f64(x.astype(np.float64)).astype(np.float32))
+        flat = x.reshape(-1)
+        out = np.empty(flat.shape, dtype=np.float32)
+        for start in range(0, flat.size, _CHUNK):
+            out[start : start + _CHUNK] = f64(flat[start : start + _CHUNK].astype(np.float64))
+        return out.reshape(x.shape)
 
 
 def exp(x: Any) -> Any:
