@@ -88,6 +88,19 @@ def _layer_norm(r: ExampleRandom) -> Example:
     return (r.normal(3, 4, 16, scale=3.0), r.normal(16), r.normal(16)), {"eps": 1e-5}
 
 
+def _scalar(r: ExampleRandom, low: float, high: float) -> np.ndarray:
+    return r.uniform(1, low=low, high=high).reshape(())
+
+
+def _reduction_grad(r: ExampleRandom, name: str, attrs: dict[str, Any]) -> Example:
+    from . import registry
+
+    # ties included: rounding to a coarse grid makes repeated maxima likely
+    x = (np.rint(r.normal(7, 37, 5) * np.float32(2.0)) / np.float32(2.0)).astype(np.float32)
+    out = registry.run(name, (x,), attrs)
+    return (r.normal(*out.shape), x, out), dict(attrs)
+
+
 def _softmax_grad(name: str) -> Callable[[ExampleRandom], Example]:
     def build(r: ExampleRandom) -> Example:
         from . import registry
@@ -129,6 +142,8 @@ EXAMPLES: dict[str, Callable[[ExampleRandom], Example]] = {
     "mean": lambda r: ((r.normal(7, 37, 5),), {"axis": (0, 2), "keepdims": True}),
     "max": lambda r: ((r.normal(7, 37, 5),), {"axis": (1,), "keepdims": False}),
     "var": lambda r: ((r.normal(7, 37, 5, scale=2.0),), {"axis": (1,), "keepdims": False}),
+    "max_grad": lambda r: _reduction_grad(r, "max", {"axis": (1,), "keepdims": False}),
+    "var_grad": lambda r: ((r.normal(7, 5), r.normal(7, 37, 5, scale=2.0)), {"axis": (1,), "keepdims": False, "correction": 1}),
     # shape
     "reshape": lambda r: ((r.normal(4, 6),), {"shape": (2, 12)}),
     "transpose": lambda r: ((r.normal(2, 3, 4),), {"perm": (2, 0, 1)}),
@@ -150,6 +165,19 @@ EXAMPLES: dict[str, Callable[[ExampleRandom], Example]] = {
     "dropout": lambda r: ((r.normal(6, 17),), {"p": 0.25, "seed": 7, "stream": 3, "counter": 11}),
     # products
     "matmul": lambda r: ((r.normal(2, 9, 33), r.normal(33, 6)), {}),
+    # training-program operators: optimizer updates, step counters, constants
+    "sgd_momentum": lambda r: ((r.normal(5, 7), r.normal(5, 7), r.normal(5, 7)), {"momentum": 0.9, "weight_decay": 1e-2}),
+    "sgd_update": lambda r: ((r.normal(5, 7), r.normal(5, 7)), {"lr": 0.05}),
+    "adam_moment1": lambda r: ((r.normal(5, 7), r.normal(5, 7)), {"beta": 0.9}),
+    "adam_moment2": lambda r: ((r.uniform(5, 7, low=0.0, high=2.0), r.normal(5, 7)), {"beta": 0.999}),
+    "beta_power_step": lambda r: ((_scalar(r, 0.5, 1.0),), {"beta": 0.999}),
+    "adamw_update": lambda r: (
+        (r.normal(5, 7), r.normal(5, 7), r.uniform(5, 7, low=0.0, high=2.0), _scalar(r, 0.3, 0.9), _scalar(r, 0.9, 0.999)),
+        {"lr": 1e-3, "eps": 1e-8, "weight_decay": 0.1},
+    ),
+    "step_increment": lambda r: ((r.ints(1, high=1 << 30).reshape(()),), {}),
+    "dropout_at_step": lambda r: ((r.normal(6, 17), r.ints(1, high=1000).reshape(())), {"p": 0.25, "seed": 7, "site": 3}),
+    "full": lambda r: ((), {"shape": (3, 4), "value": 1.5, "dtype": "float32"}),
 }
 
 

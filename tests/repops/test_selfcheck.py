@@ -36,4 +36,4 @@ def test_selfcheck_agrees_across_configurations():
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     differing = {k: v["differs"] for k, v in report["ops"].items() if not v["agree"]}
     assert report["ok"] and proc.returncode == 0, differing
-    assert len(report["configs"]) >= 7
+    assert len(report["configs"]) >= 8
