@@ -10,7 +10,8 @@ Specification
   relu_grad(g, x) = g where x > 0, +0 where x <= 0, NaN where x is NaN.
 - gelu: computed in float64 from the float32 input, rounded once to float32; the
   float64 steps are listed in `_gelu_f64` and `_gelu_slope_f64` (each a separate IEEE
-  operation, erf/tanh/exp being the project's float64 functions). gelu(-inf) = -0,
+  operation, erfc/tanh/exp being the project's float64 functions). The erf form uses
+  1 + erf(t) = erfc(-t), accurate also far into the negative tail. gelu(-inf) = -0,
   gelu(+inf) = +inf (the limits, where the formula would give inf*0).
 - gelu_grad(g, x) = float32(g * gelu'(x)), product in float64; gelu'(+inf) = 1,
   gelu'(-inf) = 0.
@@ -26,7 +27,7 @@ from ._backend import array_module
 from ._nn_checks import as_array, broadcast_shape, float32_attr, ieee_quiet, require_float32
 from .errors import OpError
 from .registry import Attr
-from .transcendental import erf_f64, exp_f64, tanh_f64
+from .transcendental import erfc_f64, exp_f64, tanh_f64
 
 # float64 constants, each the nearest double to the named value
 INV_SQRT2 = 0.7071067811865476  # 1/sqrt(2)
@@ -122,8 +123,8 @@ def _gelu_f64(xp: Any, x64: Any, approximate: str) -> Any:
     """gelu of a float64 array, before the limits at +-inf are patched."""
     half_x = x64 * 0.5
     if approximate == "none":
-        # 0.5x * (1 + erf(x * (1/sqrt 2)))
-        return half_x * (erf_f64(x64 * INV_SQRT2) + 1.0)
+        # 0.5x * (1 + erf(x/sqrt 2)) written as 0.5x * erfc(x * -(1/sqrt 2)): no cancellation for x << 0
+        return half_x * erfc_f64(x64 * -INV_SQRT2)
     # 0.5x * (1 + tanh(sqrt(2/pi) * (x + k * ((x*x)*x))))
     cube = (x64 * x64) * x64
     inner = x64 + cube * GELU_TANH_K
@@ -133,8 +134,8 @@ def _gelu_f64(xp: Any, x64: Any, approximate: str) -> Any:
 def _gelu_slope_f64(xp: Any, x64: Any, approximate: str) -> Any:
     """d gelu / dx in float64, before the limits at +-inf are patched."""
     if approximate == "none":
-        # 0.5 * (1 + erf(x/sqrt 2)) + x * (exp((x*x) * -0.5) * (1/sqrt(2 pi)))
-        cdf = (erf_f64(x64 * INV_SQRT2) + 1.0) * 0.5
+        # erfc(x * -(1/sqrt 2)) * 0.5 + x * (exp((x*x) * -0.5) * (1/sqrt(2 pi)))
+        cdf = erfc_f64(x64 * -INV_SQRT2) * 0.5
         pdf = exp_f64((x64 * x64) * -0.5) * INV_SQRT_2PI
         return cdf + x64 * pdf
     # t = tanh(a), a = sqrt(2/pi) * (x + k x^3)

@@ -59,7 +59,8 @@ def _shifted_f64(xp: Any, x: Any, axis: int) -> Any:
         raise OpError(f"softmax family: axis {axis} of shape {tuple(x.shape)} is empty")
     top = xp.max(x, axis=axis, keepdims=True)  # exact: a max is the same in any scan order
     top = top + np.float32(0.0)  # -0 + 0 = +0; NaN and +-inf unchanged
-    return x.astype(np.float64) - top.astype(np.float64)
+    shifted = x.astype(np.float64)
+    return xp.subtract(shifted, top.astype(np.float64), out=shifted)
 
 
 def _check_same_shape(op: str, a: Any, b: Any, names: str) -> None:
@@ -78,7 +79,9 @@ def softmax(x: Any, axis: int = -1) -> Any:
     xp = array_module(x)
     axis = normalize_axis("softmax", axis, x.ndim)
     e = exp_f64(_shifted_f64(xp, x, axis))
-    return as_array(xp, (e / _tree_sum_keepdims(xp, e, axis)).astype(np.float32))
+    # in place where a temporary would only be copied: the same IEEE operations
+    probs = xp.divide(e, _tree_sum_keepdims(xp, e, axis), out=e)
+    return as_array(xp, probs.astype(np.float32))
 
 
 @_ieee
@@ -92,7 +95,8 @@ def softmax_grad(g: Any, out: Any, axis: int = -1) -> Any:
     g64 = g.astype(np.float64)
     out64 = out.astype(np.float64)
     dot = _tree_sum_keepdims(xp, g64 * out64, axis)
-    return as_array(xp, (out64 * (g64 - dot)).astype(np.float32))
+    grad = xp.multiply(out64, xp.subtract(g64, dot, out=g64), out=out64)
+    return as_array(xp, grad.astype(np.float32))
 
 
 @_ieee
@@ -103,7 +107,7 @@ def log_softmax(x: Any, axis: int = -1) -> Any:
     axis = normalize_axis("log_softmax", axis, x.ndim)
     z = _shifted_f64(xp, x, axis)
     log_total = log_f64(_tree_sum_keepdims(xp, exp_f64(z), axis))
-    return as_array(xp, (z - log_total).astype(np.float32))
+    return as_array(xp, xp.subtract(z, log_total, out=z).astype(np.float32))
 
 
 @_ieee
@@ -116,7 +120,8 @@ def log_softmax_grad(g: Any, out: Any, axis: int = -1) -> Any:
     axis = normalize_axis("log_softmax_grad", axis, g.ndim)
     g64 = g.astype(np.float64)
     total = _tree_sum_keepdims(xp, g64, axis)
-    return as_array(xp, (g64 - exp_f64(out.astype(np.float64)) * total).astype(np.float32))
+    scaled = xp.multiply(exp_f64(out.astype(np.float64)), total)
+    return as_array(xp, xp.subtract(g64, scaled, out=scaled).astype(np.float32))
 
 
 # --- layer norm ---------------------------------------------------------------------
@@ -141,10 +146,10 @@ def _normalized_f64(x: Any, eps: float) -> tuple[Any, Any]:
     xp = array_module(x)
     width = x.shape[-1]
     x64 = x.astype(np.float64)
-    centered = x64 - _tree_sum_keepdims(xp, x64, -1) / width
+    centered = xp.subtract(x64, _tree_sum_keepdims(xp, x64, -1) / width, out=x64)
     var = _tree_sum_keepdims(xp, centered * centered, -1) / width
     rstd = 1.0 / xp.sqrt(var + eps)
-    return centered * rstd, rstd
+    return xp.multiply(centered, rstd, out=centered), rstd
 
 
 @_ieee
@@ -153,7 +158,8 @@ def layer_norm(x: Any, gamma: Any, beta: Any, eps: float = 1e-5) -> Any:
     _check_layer_norm("layer_norm", x, eps, ("gamma", gamma), ("beta", beta))
     xp = array_module(x, gamma, beta)
     xhat, _ = _normalized_f64(x, eps)
-    y = xhat * gamma.astype(np.float64) + beta.astype(np.float64)
+    y = xp.multiply(xhat, gamma.astype(np.float64), out=xhat)
+    y = xp.add(y, beta.astype(np.float64), out=y)
     return as_array(xp, y.astype(np.float32))
 
 
@@ -165,10 +171,15 @@ def layer_norm_grad_x(g: Any, x: Any, gamma: Any, eps: float = 1e-5) -> Any:
     _check_same_shape("layer_norm_grad_x", g, x, "g,x")
     xp = array_module(g, x, gamma)
     xhat, rstd = _normalized_f64(x, eps)
-    gg = g.astype(np.float64) * gamma.astype(np.float64)
+    gg = g.astype(np.float64)
+    gg = xp.multiply(gg, gamma.astype(np.float64), out=gg)
     mean_gg = _tree_sum_keepdims(xp, gg, -1) / width
     mean_gg_xhat = _tree_sum_keepdims(xp, gg * xhat, -1) / width
-    return as_array(xp, (rstd * ((gg - mean_gg) - xhat * mean_gg_xhat)).astype(np.float32))
+    # rstd * ((gg - mean_gg) - xhat * mean_gg_xhat), in place (x*y == y*x in IEEE)
+    grad = xp.subtract(gg, mean_gg, out=gg)
+    grad = xp.subtract(grad, xp.multiply(xhat, mean_gg_xhat, out=xhat), out=grad)
+    grad = xp.multiply(grad, rstd, out=grad)
+    return as_array(xp, grad.astype(np.float32))
 
 
 @_ieee
@@ -179,7 +190,7 @@ def layer_norm_grad_gamma(g: Any, x: Any, eps: float = 1e-5) -> Any:
     _check_same_shape("layer_norm_grad_gamma", g, x, "g,x")
     xp = array_module(g, x)
     xhat, _ = _normalized_f64(x, eps)
-    products = (g.astype(np.float64) * xhat).reshape(-1, width)
+    products = xp.multiply(xhat, g.astype(np.float64), out=xhat).reshape(-1, width)
     return as_array(xp, tree_sum_f64(products, 0).astype(np.float32))
 
 
