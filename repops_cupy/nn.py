@@ -250,8 +250,8 @@ def embedding(table: Any, ids: Any) -> Any:
     return as_array(xp, xp.take(table, ids, axis=0))
 
 
-def _embedding_grad_f64(xp: Any, g: Any, ids: Any, num_embeddings: int) -> Any:
-    """The (V, D) float64 row sums of embedding_grad, one tree per id.
+def _embedding_grad_rows(xp: Any, g: Any, ids: Any, num_embeddings: int) -> Any:
+    """The (V, D) float32 rows of embedding_grad: one float64 tree per id, rounded once.
 
     Positions are ordered by the integer key id * P + position, which is unique, so
     any sort gives the same order: by id, then by position. Ids that occur the same
@@ -265,12 +265,12 @@ def _embedding_grad_f64(xp: Any, g: Any, ids: Any, num_embeddings: int) -> Any:
     order = xp.argsort(flat_ids * positions + xp.arange(positions, dtype=np.int64))
     counts = xp.bincount(flat_ids, minlength=num_embeddings)  # integer counts, no weights
     starts = xp.cumsum(counts) - counts  # exact: integer prefix sum
-    total = xp.zeros((num_embeddings, width), dtype=np.float64)
+    total = xp.zeros((num_embeddings, width), dtype=np.float32)
     for length in sorted(int(n) for n in xp.unique(counts).tolist() if n > 0):
         members = xp.nonzero(counts == length)[0]
         slots = starts[members][:, None] + xp.arange(length)[None, :]
         block = rows[order[slots]].astype(np.float64)
-        total[members] = tree_sum_f64(block, 1)
+        total[members] = tree_sum_f64(block, 1).astype(np.float32)
     return total
 
 
@@ -285,7 +285,7 @@ def embedding_grad(g: Any, ids: Any, num_embeddings: int) -> Any:
         raise OpError(f"embedding_grad: g must have shape ids.shape + (D,), got {tuple(g.shape)} for ids {tuple(ids.shape)}")
     xp = array_module(g, ids)
     require_range("embedding_grad", "ids", ids, xp, num_embeddings)
-    return as_array(xp, _embedding_grad_f64(xp, g, ids, num_embeddings).astype(np.float32))
+    return as_array(xp, _embedding_grad_rows(xp, g, ids, num_embeddings))
 
 
 # --- dropout --------------------------------------------------------------------------
