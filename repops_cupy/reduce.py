@@ -47,9 +47,11 @@ from ._nn_checks import as_array, require_float32
 from .errors import OpError
 from .registry import Attr
 
-# Below this many output rows the pairs are read along the last axis; from it on the
-# reduced axis is moved first so every level adds long contiguous rows.
-_ROWS_FOR_COLUMN_LAYOUT = 16
+# Layout of the tree's work (never of its shape): reduced axes that are already the
+# trailing axes are read in place when the rows are long or few; otherwise the reduced
+# axes are moved first so every level adds long contiguous rows.
+_FEW_ROWS = 16
+_LONG_ROW = 64
 
 
 def normalize_axes(op: str, ndim: int, axis: int | Iterable[int]) -> tuple[int, ...]:
@@ -86,30 +88,79 @@ def _reduced_length(shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
     return math.prod(shape[a] for a in axes)
 
 
-def _tree_last(xp: Any, a: Any) -> Any:
-    """Tree over the last axis of a (rows, n) float64 array; returns (rows,)."""
+def _pair_add(xp: Any, left: Any, right: Any, out: Any) -> None:
+    """out = left + right in float64; float32 operands are widened exactly first."""
+    if left.dtype == np.float64:
+        xp.add(left, right, out=out)
+    elif xp is np:
+        np.add(left, right, out=out, dtype=np.float64)  # the ufunc widens both operands exactly
+    else:
+        xp.add(left.astype(np.float64), right.astype(np.float64), out=out)
+
+
+def _levels_last(xp: Any, a: Any) -> Any:
+    """The tree level by level over the last axis of a (rows, n) array; float64 (rows,)."""
     n = a.shape[1]
     while n > 1:
         half = n // 2
         nxt = xp.empty((a.shape[0], n - half), dtype=np.float64)
-        xp.add(a[:, 0 : 2 * half : 2], a[:, 1 : 2 * half : 2], out=nxt[:, :half])
+        _pair_add(xp, a[:, 0 : 2 * half : 2], a[:, 1 : 2 * half : 2], nxt[:, :half])
         if n % 2:
-            nxt[:, half] = a[:, n - 1]
+            nxt[:, half] = a[:, n - 1]  # carried up unchanged (widening is exact)
         a, n = nxt, n - half
-    return a[:, 0]
+    return a[:, 0].astype(np.float64)
 
 
-def _tree_first(xp: Any, a: Any) -> Any:
-    """Tree over the first axis of an (n, rows) float64 array; returns (rows,)."""
+def _levels_first(xp: Any, a: Any) -> Any:
+    """The tree level by level over the first axis of an (n, rows) array; float64 (rows,)."""
     n = a.shape[0]
     while n > 1:
         half = n // 2
         nxt = xp.empty((n - half, a.shape[1]), dtype=np.float64)
-        xp.add(a[0 : 2 * half : 2], a[1 : 2 * half : 2], out=nxt[:half])
+        _pair_add(xp, a[0 : 2 * half : 2], a[1 : 2 * half : 2], nxt[:half])
         if n % 2:
             nxt[half] = a[n - 1]
         a, n = nxt, n - half
-    return a[0]
+    return a[0].astype(np.float64)
+
+
+# On NumPy the levels run over cache-sized pieces. Pieces never change the tree: rows
+# are independent, and a power-of-two count of elements starting at a multiple of that
+# count is a complete subtree, whose sums then continue the same tree.
+_PIECE = 1 << 16
+
+
+def _tree_last(xp: Any, a: Any) -> Any:
+    """Tree over the last axis of a (rows, n) float32/float64 array; returns float64 (rows,)."""
+    rows, n = a.shape
+    if xp is not np or rows * n <= _PIECE:
+        return _levels_last(xp, a)
+    if n < 2 * _PIECE:
+        step = builtins.max(1, _PIECE // n)
+        return np.concatenate([_levels_last(np, a[r : r + step]) for r in range(0, rows, step)])
+    m, tail = divmod(n, _PIECE)
+    sums = np.empty((rows, m + (tail > 0)), dtype=np.float64)
+    for r in range(rows):
+        for j in range(m):
+            sums[r, j] = _levels_last(np, a[r : r + 1, j * _PIECE : (j + 1) * _PIECE])[0]
+        if tail:
+            sums[r, m] = _levels_last(np, a[r : r + 1, m * _PIECE :])[0]
+    return _levels_last(np, sums)
+
+
+def _tree_first(xp: Any, a: Any) -> Any:
+    """Tree over the first axis of an (n, rows) float32/float64 array; returns float64 (rows,)."""
+    n, rows = a.shape
+    block = 1 << builtins.max(1, (_PIECE * 4 // builtins.max(rows, 1)).bit_length() - 1)
+    if xp is not np or n <= block:
+        return _levels_first(xp, a)
+    m, tail = divmod(n, block)
+    sums = np.empty((m + (tail > 0), rows), dtype=np.float64)
+    for j in range(m):
+        sums[j] = _levels_first(np, a[j * block : (j + 1) * block])
+    if tail:
+        sums[m] = _levels_first(np, a[m * block :])
+    return _tree_first(np, sums)
 
 
 def _tree_sum_any(xp: Any, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
@@ -121,13 +172,12 @@ def _tree_sum_any(xp: Any, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any
         return xp.zeros(out_shape, dtype=np.float64)
     kept = [i for i in range(len(shape)) if i not in axes]
     rows = math.prod(shape[i] for i in kept)
+    trailing = list(axes) == list(range(len(shape) - len(axes), len(shape)))
     with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN sums are IEEE results
-        if rows < _ROWS_FOR_COLUMN_LAYOUT:
-            a = x.transpose(kept + list(axes)).astype(np.float64, order="C").reshape(rows, n)
-            total = _tree_last(xp, a)
+        if rows < _FEW_ROWS or (trailing and n >= _LONG_ROW):
+            total = _tree_last(xp, x.transpose(kept + list(axes)).reshape(rows, n))
         else:
-            a = x.transpose(list(axes) + kept).astype(np.float64, order="C").reshape(n, rows)
-            total = _tree_first(xp, a)
+            total = _tree_first(xp, x.transpose(list(axes) + kept).reshape(n, rows))
     return total.reshape(out_shape)
 
 
@@ -157,7 +207,9 @@ def _prepare(op: str, x: Any, axis: tuple[int, ...]) -> tuple[Any, tuple[int, ..
 def sum(x: Any, axis: tuple[int, ...] = (), keepdims: bool = False) -> Any:  # noqa: A001 - the op's name
     """float32(tree sum in float64) over `axis` (() = all axes)."""
     xp, axes, _ = _prepare("sum", x, axis)
-    return as_array(xp, _tree_sum_any(xp, x, axes, keepdims).astype(np.float32))
+    total = _tree_sum_any(xp, x, axes, keepdims)
+    with np.errstate(over="ignore"):  # beyond the float32 range rounds to +-inf
+        return as_array(xp, total.astype(np.float32))
 
 
 def mean(x: Any, axis: tuple[int, ...] = (), keepdims: bool = False) -> Any:
@@ -166,7 +218,8 @@ def mean(x: Any, axis: tuple[int, ...] = (), keepdims: bool = False) -> Any:
     if n == 0:
         raise OpError("mean: the mean over zero elements is undefined")
     total = _tree_sum_any(xp, x, axes, keepdims)
-    return as_array(xp, (total / float(n)).astype(np.float32))
+    with np.errstate(over="ignore"):
+        return as_array(xp, (total / float(n)).astype(np.float32))
 
 
 def _centered(xp: Any, x: Any, axes: tuple[int, ...], n: int) -> Any:
@@ -190,9 +243,9 @@ def var(x: Any, axis: tuple[int, ...] = (), keepdims: bool = False, correction: 
     if n == 0:
         raise OpError("var: the variance over zero elements is undefined")
     d = _centered(xp, x, axes, n)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # IEEE results
         v = _tree_sum_any(xp, d * d, axes, keepdims) / denom
-    return as_array(xp, v.astype(np.float32))
+        return as_array(xp, v.astype(np.float32))
 
 
 def max(x: Any, axis: tuple[int, ...] = (), keepdims: bool = False) -> Any:  # noqa: A001 - the op's name

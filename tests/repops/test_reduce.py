@@ -1,7 +1,8 @@
 """Reductions: bit for bit against a literal loop over the specified tree.
 
-Speed, measured here side by side (1 thread, float32, 1e7 elements): sum of all
-elements about 7x np.sum, row sums about 10-20x; not asserted.
+Speed, measured here side by side (CPU time, 1 thread, float32, 1e7 elements): all
+elements 5x np.sum, rows of 1000 6.5x, axis 0 of (1e4, 1e3) 8x, rows of 64 3x;
+not asserted.
 """
 import importlib
 import itertools
@@ -178,6 +179,18 @@ def test_both_internal_layouts_give_the_same_bits():
     few_rows = R._tree_last(np, np.ascontiguousarray(x))
     many_rows = R._tree_first(np, np.ascontiguousarray(x.T))
     assert np.array_equal(_bits64(few_rows), _bits64(many_rows))
+
+
+@pytest.mark.parametrize("shape, axis", [((2 * R._PIECE + 777,), ()), ((5000, 100), (0,)), ((20, 5000), (1,)),
+                                         ((3, R._PIECE + 5), (1,))])
+def test_large_inputs_summed_in_pieces_follow_the_same_tree(shape, axis):
+    rng = np.random.default_rng(67)
+    x = rng.normal(size=shape) * np.exp2(rng.integers(-30, 30, size=shape))  # any other order shows
+    got = R.tree_sum_f64(x, axis)
+    expected = _ref_reduce(x, axis, False, ref.tree_sum, np.float64)
+    assert np.array_equal(_bits64(got), _bits64(expected))
+    assert np.array_equal(_bits32(registry.run("sum", (x.astype(np.float32),), {"axis": axis})),
+                          _bits32(_ref_reduce(x.astype(np.float32), axis, False, ref.tree_sum)))
 
 
 def test_sum_is_accurate_on_cancellation():
