@@ -161,7 +161,7 @@ def permutation(seed: int, stream: int, n: int, counter: int = 0, xp: Any = np) 
     _, u = _u64_pairs(seed, stream, (n,), counter, xp)
     s = np.uint64(max(int(n) - 1, 0).bit_length())
     keys = ((u >> s) << s) | xp.arange(n, dtype=np.uint64)
-    return xp.argsort(keys, kind="stable").astype(np.int64)
+    return xp.argsort(keys).astype(np.int64)  # distinct keys: every sort algorithm agrees
 
 
 def _sin_kernel(t: Any) -> Any:
