@@ -13,10 +13,9 @@ holding +inf) gives NaN the same way, through (-inf) - (-inf) and inf - inf.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import functools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -33,8 +32,8 @@ from ._nn_checks import (
 )
 from .errors import OpError
 from .reduce import tree_sum_f64
-from .rng import uniform_f32
 from .registry import Attr
+from .rng import uniform_f32
 from .transcendental import exp_f64, log_f64
 
 
