@@ -458,3 +458,34 @@ def test_cupy_gives_the_same_bits():
     for fn, args in cases:
         gpu_args = tuple(c(a) if isinstance(a, np.ndarray) else a for a in args)
         assert_same_bits(cp.asnumpy(fn(*gpu_args)), fn(*args))
+
+
+def _strided(a: np.ndarray) -> np.ndarray:
+    """The same values in a non-contiguous buffer (every other element of a wider array)."""
+    wide = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+    wide[..., ::2] = a
+    return wide[..., ::2]
+
+
+def test_every_nn_op_gives_the_same_bits_for_any_memory_layout():
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((5, 12)) * 4).astype(np.float32)
+    g = rng.standard_normal((5, 12)).astype(np.float32)
+    gamma, beta = rng.standard_normal(12).astype(np.float32), rng.standard_normal(12).astype(np.float32)
+    targets = rng.integers(0, 12, 5)
+    ids = rng.integers(0, 9, (5, 3))
+    g_ids = rng.standard_normal((5, 3, 12)).astype(np.float32)
+    cases = [
+        ("softmax", (x,), {"axis": -1}), ("softmax", (x,), {"axis": 0}), ("log_softmax", (x,), {}),
+        ("softmax_grad", (g, nn.softmax(x)), {}), ("log_softmax_grad", (g, nn.log_softmax(x)), {"axis": 0}),
+        ("layer_norm", (x, gamma, beta), {}), ("layer_norm_grad_x", (g, x, gamma), {}),
+        ("layer_norm_grad_gamma", (g, x), {}), ("cross_entropy", (x, targets), {}),
+        ("cross_entropy_grad", (np.array(0.7, np.float32), x, targets), {}),
+        ("embedding", (x, ids), {}), ("embedding_grad", (g_ids, ids), {"num_embeddings": 9}),
+        ("dropout", (x,), {"p": 0.4, "seed": 1, "stream": 2, "counter": 3}),
+    ]
+    for name, inputs, attrs in cases:
+        dense = registry.run(name, inputs, attrs)
+        for relayout in (np.asfortranarray, _strided):
+            moved = tuple(relayout(a) if a.ndim else a for a in inputs)  # 0-d arrays have one layout
+            assert_same_bits(registry.run(name, moved, attrs), dense)
