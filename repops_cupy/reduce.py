@@ -327,7 +327,10 @@ def _sum_vjp(emit, g, inputs, out, attrs):
 def _mean_vjp(emit, g, inputs, out, attrs):
     shape = tuple(inputs[0].shape)
     axes = normalize_axes("mean", len(shape), attrs["axis"])
-    scaled = emit("mul_scalar", g, value=1.0 / _reduced_length(shape, axes))
+    n = _reduced_length(shape, axes)
+    if n == 0:
+        raise OpError("mean: no gradient for a mean over zero elements")
+    scaled = emit("mul_scalar", g, value=1.0 / n)
     return (_spread(emit, scaled, shape, axes, attrs["keepdims"]),)
 
 
