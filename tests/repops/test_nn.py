@@ -475,13 +475,14 @@ def test_every_nn_op_gives_the_same_bits_for_any_memory_layout():
     targets = rng.integers(0, 12, 5)
     ids = rng.integers(0, 9, (5, 3))
     g_ids = rng.standard_normal((5, 3, 12)).astype(np.float32)
+    table = rng.standard_normal((9, 12)).astype(np.float32)
     cases = [
         ("softmax", (x,), {"axis": -1}), ("softmax", (x,), {"axis": 0}), ("log_softmax", (x,), {}),
         ("softmax_grad", (g, nn.softmax(x)), {}), ("log_softmax_grad", (g, nn.log_softmax(x)), {"axis": 0}),
         ("layer_norm", (x, gamma, beta), {}), ("layer_norm_grad_x", (g, x, gamma), {}),
         ("layer_norm_grad_gamma", (g, x), {}), ("cross_entropy", (x, targets), {}),
         ("cross_entropy_grad", (np.array(0.7, np.float32), x, targets), {}),
-        ("embedding", (x, ids), {}), ("embedding_grad", (g_ids, ids), {"num_embeddings": 9}),
+        ("embedding", (table, ids), {}), ("embedding_grad", (g_ids, ids), {"num_embeddings": 9}),
         ("dropout", (x,), {"p": 0.4, "seed": 1, "stream": 2, "counter": 3}),
     ]
     for name, inputs, attrs in cases:
