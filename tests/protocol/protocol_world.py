@@ -25,6 +25,7 @@ from protocol import (
     Referee, Send, SignedJobTerms, state_root,
 )
 from repops_cupy import registry
+from repops_cupy.errors import OpError
 from repops_cupy.hashing import hash_tensor
 from repops_cupy.registry import Attr
 
@@ -41,7 +42,7 @@ def _scale(a, *, factor):
 
 
 def _explode(a):
-    raise registry.OpError("ptest.explode always fails") if hasattr(registry, "OpError") else ValueError("explode")
+    raise OpError("ptest.explode fails on every input")
 
 
 def register_test_ops() -> None:
@@ -57,7 +58,7 @@ SHAPE = (3,)
 STATE_NAMES = ("v", "w")
 
 
-def random_program(rng: random.Random, n_ops: int, *, explode: bool = False) -> Program:
+def random_program(rng: random.Random, n_ops: int) -> Program:
     """Leaves w, v (state) and x (batch), then `n_ops` random operators; the last two give w and v."""
     nodes = [NodeSpec("leaf", {"name": "w", "role": "state"}, ()),
              NodeSpec("leaf", {"name": "v", "role": "state"}, ()),
@@ -68,20 +69,23 @@ def random_program(rng: random.Random, n_ops: int, *, explode: bool = False) -> 
             nodes.append(NodeSpec("ptest.mix", {"salt": rng.randrange(100)}, (rng.randrange(i), rng.randrange(i))))
         else:
             nodes.append(NodeSpec("ptest.scale", {"factor": rng.choice((3, 5, 7))}, (rng.randrange(i),)))
-    if explode:
-        nodes.append(NodeSpec("ptest.explode", {}, (len(nodes) - 1,)))
     n = len(nodes)
     return Program(nodes, {"w": n - 1, "v": n - 2})
 
 
-def chain_program(n_ops: int) -> Program:
-    """A chain in which every operator feeds the next: any change reaches the state."""
+def chain_program(n_ops: int, last_op: str = "") -> Program:
+    """A chain in which every operator feeds the next: any change reaches the state.
+
+    `last_op` appends one more (unary) operator at the end of the chain.
+    """
     nodes = [NodeSpec("leaf", {"name": "w", "role": "state"}, ()),
              NodeSpec("leaf", {"name": "v", "role": "state"}, ()),
              NodeSpec("leaf", {"name": "x", "role": "batch"}, ())]
     for k in range(n_ops):
         i = len(nodes)
         nodes.append(NodeSpec("ptest.mix", {"salt": k}, (i - 1, k % i)))
+    if last_op:
+        nodes.append(NodeSpec(last_op, {}, (len(nodes) - 1,)))
     n = len(nodes)
     return Program(nodes, {"w": n - 1, "v": n - 2})
 
@@ -102,9 +106,9 @@ def named_hashes(state: dict[str, np.ndarray]) -> dict[str, bytes]:
     return {k: hash_tensor(v) for k, v in state.items()}
 
 
-def _bump(value: np.ndarray) -> np.ndarray:
+def _bump(value: np.ndarray, amount: int = 1) -> np.ndarray:
     out = value.copy()
-    out.flat[0] = (out.flat[0] + 1) & MASK
+    out.flat[0] = (out.flat[0] + amount) & MASK
     return out
 
 
@@ -116,17 +120,20 @@ class Tamper:
     kind: str
     step: int = 0
     node: int = 0
+    amount: int = 1
 
 
 class World:
     """One run of the job; also the `TraceOracle` of the party that ran it."""
 
-    def __init__(self, program: Program, steps: int, every: int, seed: int = 1, tamper: Tamper | None = None):
+    def __init__(self, program: Program, steps: int, every: int, seed: int = 1, tamper: Tamper | None = None,
+                 ops: dict[str, Callable] | None = None):
+        """`ops` replaces registered operators by name in this party's own computation."""
         self._program = program
         self.steps, self.every, self.seed, self.tamper = steps, every, seed, tamper
         state = initial_state(seed)
         if tamper and tamper.kind == "initial":
-            state["w"] = _bump(state["w"])
+            state["w"] = _bump(state["w"], tamper.amount)
         self.states = [state]
         self.state_hashes = [state_root(named_hashes(state))]
         self.node_values: list[list[np.ndarray]] = [[]]
@@ -138,14 +145,16 @@ class World:
                 if node.is_leaf:
                     source = self.states[s - 1] if node.leaf_role == "state" else batch
                     value = source[node.leaf_name]
+                elif ops and node.op in ops:
+                    value = ops[node.op](*[values[m] for m in node.inputs], **node.attrs)
                 else:
                     value = registry.run(node.op, [values[m] for m in node.inputs], node.attrs)
                 if tamper and tamper.kind == "node" and (tamper.step, tamper.node) == (s, n):
-                    value = _bump(value)
+                    value = _bump(value, tamper.amount)
                 values.append(value)
             state = {name: values[m] for name, m in program.outputs.as_dict().items()}
             if tamper and tamper.kind == "state" and tamper.step == s:
-                state = {**state, "v": _bump(state["v"])}
+                state = {**state, "v": _bump(state["v"], tamper.amount)}
             self.node_values.append(values)
             self.node_hashes.append([hash_tensor(v) for v in values])
             self.states.append(state)
@@ -174,6 +183,15 @@ class World:
 
     def node_inputs(self, step: int, node: int) -> list[np.ndarray]:
         return [self.node_values[step][m] for m in self._program.nodes[node].inputs]
+
+
+def live_nodes(program: Program) -> list[int]:
+    """Nodes some state output depends on: changing one of them can change the state."""
+    live = set(program.outputs.nodes)
+    for n in range(len(program.nodes) - 1, -1, -1):
+        if n in live:
+            live.update(program.nodes[n].inputs)
+    return sorted(live)
 
 
 def first_difference(a: list[bytes], b: list[bytes]) -> int | None:
@@ -283,8 +301,11 @@ class Outcome:
     log: list[tuple[int, bytes, Envelope]] = field(default_factory=list)
 
 
-def play(game: Game, *, start: int = 1_000, latency: int = 2) -> Outcome:
-    """Run the dispute to its verdict; every message is delivered as bytes and checked on arrival."""
+def play(game: Game, *, start: int = 1_000, latency: int = 2, defender_root: Any = None) -> Outcome:
+    """Run the dispute to its verdict; every message is delivered as bytes and checked on arrival.
+
+    The challenger opens against `defender_root` (by default the defender's own trace root).
+    """
     referee, ch, de = game.referee, game.challenger, game.defender
     machines = {CLIENT.node_id: referee, ch.identity.node_id: ch, de.identity.node_id: de}
     delay = {CLIENT.node_id: 0, ch.identity.node_id: getattr(ch, "delay", 1), de.identity.node_id: getattr(de, "delay", 1)}
@@ -301,7 +322,7 @@ def play(game: Game, *, start: int = 1_000, latency: int = 2) -> Outcome:
                 party_verdicts[sender] = action.verdict
 
     now = start
-    opening = ch.open_dispute(de.trace_root, now=now)
+    opening = ch.open_dispute(defender_root or de.trace_root, now=now)
     dispatch(ch.identity.node_id, [opening], now)
     delivered = 0
     while queue or referee.state != "DONE":
@@ -309,7 +330,9 @@ def play(game: Game, *, start: int = 1_000, latency: int = 2) -> Outcome:
             deadline = referee.next_deadline
             assert deadline is not None, "the game is stuck: nothing in flight and no deadline pending"
             now = max(now, deadline + 1)
-            dispatch(CLIENT.node_id, referee.tick(now=now), now)
+            actions = referee.tick(now=now)
+            assert actions, f"a deadline passed at {deadline} and the referee did nothing"
+            dispatch(CLIENT.node_id, actions, now)
             continue
         at, _, to, envelope = heapq.heappop(queue)
         now = max(now, at)
