@@ -177,11 +177,13 @@ class StepRun:
     outputs: output name -> array, present when the whole graph ran.
     node_hashes: the output hash of every node in order, when asked for.
     values: node id -> array for the nodes asked to be kept (on the device used).
+    peak_bytes: the most bytes of node outputs held at once (leaves included).
     """
 
     outputs: dict[str, Any]
     node_hashes: list[bytes] | None
     values: dict[int, Any]
+    peak_bytes: int = 0
 
 
 def check_leaf_values(graph: StepGraph, leaf_values: Mapping[str, Any]) -> None:
@@ -229,6 +231,7 @@ def execute(
     values: dict[int, Any] = {}
     node_hashes: list[bytes] | None = [] if hashes else None
     kept: dict[int, Any] = {}
+    live_bytes = peak_bytes = 0
     for node in graph.nodes[: last + 1]:
         if node.is_leaf:
             value = leaf_values[node.name]
@@ -243,20 +246,22 @@ def execute(
                     f"the graph records {node.dtype} {node.shape}"
                 )
         values[node.id] = out
+        live_bytes += out.nbytes
+        peak_bytes = max(peak_bytes, live_bytes)
         if node_hashes is not None:
             node_hashes.append(hash_tensor(out))
         if node.id in keep_set:
             kept[node.id] = out
         for j in set(node.inputs):
             if graph.last_use(j) == node.id and j not in pinned:
-                del values[j]
+                live_bytes -= values.pop(j).nbytes
         if graph.last_use(node.id) == node.id and node.id not in pinned:
-            del values[node.id]  # read by nobody (possible only for a leaf)
+            live_bytes -= values.pop(node.id).nbytes  # read by nobody (possible only for a leaf)
     outputs: dict[str, Any] = {}
     if stop_after is None:
         convert = to_numpy if host_outputs else (lambda a: a)
         outputs = {name: convert(values[i]) for name, i in graph.outputs.items()}
-    return StepRun(outputs, node_hashes, kept)
+    return StepRun(outputs, node_hashes, kept, peak_bytes)
 
 
 def node_inputs(graph: StepGraph, leaf_values: Mapping[str, Any], node_id: int, *, xp: ModuleType = np) -> list[np.ndarray]:
