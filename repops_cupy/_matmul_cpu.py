@@ -1,0 +1,194 @@
+"""Compiled CPU kernels for the matrix product: the same values as `_matmul_spec`, faster.
+
+Splitting into digits and the final combine are memory-bound chains of NumPy
+temporaries; here each element goes through its chain once, on all cores. numba
+compiles without fastmath, so every float operation is the IEEE operation that the
+array code performs (no contraction into FMA, no reassociation); the integer steps are
+exact. Tests compare every kernel bit for bit with `_matmul_spec`.
+
+Each kernel exists twice, in `parallel` (numba threads; worth it on large operands)
+and `serial` (no thread start-up cost, for small ones); both compute the same values.
+numba is optional: `AVAILABLE` is False without it and `matmul.py` uses the array code.
+"""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+
+from ._matmul_spec import DIGIT_BITS, DIGITS, SPLIT_WEIGHT, TOP_BIT
+
+try:
+    from numba import njit, prange
+except ImportError:  # pragma: no cover - exercised only where numba is absent
+    AVAILABLE = False
+else:
+    AVAILABLE = True
+
+if AVAILABLE:
+    _KERNELS = {}
+
+    def _jit(fn):  # the kernel is compiled in both variants, see the module docstring
+        _KERNELS[fn.__name__] = fn
+        return fn
+
+    _jit_serial = njit(cache=True, nogil=True)
+
+    _ABS_MASK = 0x7FFFFFFF
+    _INF_BITS = 0x7F800000
+
+    @_jit_serial
+    def _shift_of(abs_bits, buf_f, buf_i):
+        # |max| as float32 bits -> frexp exponent e; |max| * 2^(38 - e) lies in [2^37, 2^38).
+        buf_i[0] = abs_bits
+        return TOP_BIT + 1 - math.frexp(np.float64(buf_f[0]))[1]
+
+    @_jit_serial
+    def _finite_abs_max(bits, start, count, stride):
+        # the slow path for a row or column that holds inf/NaN: max over the finite entries
+        big = 0
+        for c in range(count):
+            u = bits.flat[start + c * stride] & _ABS_MASK
+            big = max(big, u if u < _INF_BITS else 0)
+        return big
+
+    @_jit
+    def row_shifts(bits, shift, nonfinite):
+        """Per row of float32 bits (M, K) int32 (C order): exponent shift, and whether it holds inf/NaN.
+
+        For non-negative floats the order of the bit patterns is the order of the
+        values, so the largest |value| is an integer max (exact, order-free). A row
+        whose max pattern is inf/NaN takes a second pass over its finite entries.
+        """
+        m, k = bits.shape
+        for i in prange(m):
+            buf_f = np.zeros(1, np.float32)
+            big = 0
+            for c in range(k):
+                big = max(big, bits[i, c] & _ABS_MASK)
+            nonfinite[i] = big >= _INF_BITS
+            if big >= _INF_BITS:
+                big = _finite_abs_max(bits, i * k, k, 1)
+            shift[i] = _shift_of(big, buf_f, buf_f.view(np.int32))
+
+    @_jit
+    def col_shifts(bits, shift, nonfinite):
+        """Per column of float32 bits (K, N) int32 (C order): exponent shift, and whether it holds inf/NaN."""
+        k, n = bits.shape
+        blocks = max(1, min(k, 64))  # row blocks, reduced after (max is exact, order-free)
+        big = np.zeros((blocks, n), np.int32)
+        for blk in prange(blocks):
+            row_max = big[blk]
+            for r in range(blk * k // blocks, (blk + 1) * k // blocks):
+                row = bits[r]
+                for j in range(n):
+                    row_max[j] = max(row_max[j], row[j] & _ABS_MASK)
+        buf_f = np.zeros(1, np.float32)
+        buf_i = buf_f.view(np.int32)
+        for j in range(n):
+            top = 0
+            for blk in range(blocks):
+                top = max(top, big[blk, j])
+            nonfinite[j] = top >= _INF_BITS
+            if top >= _INF_BITS:
+                top = _finite_abs_max(bits, j, k, n)
+            shift[j] = _shift_of(top, buf_f, buf_i)
+
+    @_jit_serial
+    def _digits_into(x, scale, planes, first, step):
+        # X = rint(x * scale), a non-finite x counting as 0; its balanced digits, least
+        # significant first, go to planes[first + step * s]. float32 -> float64 and the
+        # power-of-two scale are exact; rint is the one truncation of the specification.
+        for j in range(x.shape[0]):
+            v = np.float64(x[j]) * scale[j]
+            v = v if abs(v) < 1e300 else 0.0
+            rest = np.int64(np.rint(v))
+            for s in range(DIGITS - 1):
+                d = ((rest + 128) & 255) - 128
+                planes[first + step * s, j] = d
+                rest = (rest - d) >> DIGIT_BITS
+            planes[first + step * (DIGITS - 1), j] = rest
+
+    @_jit
+    def split_rows(a, shift, k0, out):
+        """Digits of a[:, k0:k0+L] into out (M, DIGITS, L) int8, most significant first."""
+        m = a.shape[0]
+        width = out.shape[2]
+        for i in prange(m):
+            scale = np.full(width, math.ldexp(1.0, shift[i]))
+            _digits_into(a[i, k0:k0 + width], scale, out[i], DIGITS - 1, -1)
+
+    @_jit
+    def split_cols(b, shift, k0, out):
+        """Digits of b[k0:k0+L, :] into out (DIGITS, L, N) int8, least significant first."""
+        n = b.shape[1]
+        width = out.shape[1]
+        scale = np.empty(n, np.float64)
+        for j in range(n):
+            scale[j] = math.ldexp(1.0, shift[j])
+        for r in prange(width):
+            _digits_into(b[k0 + r], scale, out[:, r], 0, 1)
+
+    @_jit_serial
+    def _add_planes(planes, weights, i, h, low):
+        # row i of sum_q planes[q] * 2^weights[q] into h * 2^24 + low (exact int64)
+        n = h.shape[0]
+        for q in range(planes.shape[0]):
+            w = weights[q]
+            if w >= SPLIT_WEIGHT:
+                mult = np.int64(1) << (w - SPLIT_WEIGHT)
+                for j in range(n):
+                    h[j] += np.int64(planes[q, i, j]) * mult
+            else:
+                mult = np.int64(1) << w
+                for j in range(n):
+                    low[j] += np.int64(planes[q, i, j]) * mult
+        for j in range(n):
+            h[j] += low[j] >> SPLIT_WEIGHT
+            low[j] &= (1 << SPLIT_WEIGHT) - 1
+
+    @_jit
+    def accumulate(planes, weights, hi, lo):
+        """hi * 2^24 + lo += sum_q planes[q] * 2^weights[q], exactly; lo kept in [0, 2^24)."""
+        m = planes.shape[1]
+        for i in prange(m):
+            _add_planes(planes, weights, i, hi[i], lo[i])
+
+    @_jit
+    def combine(planes, weights, row_factor, col_factor, hi, lo, out):
+        """out = float32 of (hi * 2^24 + lo + sum_q planes[q] * 2^weights[q]) * factors.
+
+        hi and lo carry earlier K chunks; pass 0-by-0 arrays when there are none. The
+        rounding follows _matmul_spec.round_hi_lo step by step.
+        """
+        m, n = out.shape
+        carry = hi.shape[0] > 0
+        mask = (1 << SPLIT_WEIGHT) - 1
+        for i in prange(m):
+            h = np.zeros(n, np.int64)
+            low = np.zeros(n, np.int64)
+            if carry:
+                h[:] = hi[i]
+                low[:] = lo[i]
+            _add_planes(planes, weights, i, h, low)
+            total = np.empty(n, np.float64)
+            err = np.empty(n, np.float64)
+            for j in range(n):
+                top = np.float64(h[j] >> SPLIT_WEIGHT) * 281474976710656.0  # 2^48, exact
+                rest = np.float64(((h[j] & mask) << SPLIT_WEIGHT) | low[j])  # exact, < 2^48
+                t = top + rest
+                total[j] = t
+                err[j] = rest - (t - top)  # Fast2Sum error, exact
+            bits = total.view(np.int64)
+            for j in range(n):
+                # round to odd: an inexact sum with an even last bit moves to its odd neighbour
+                e = err[j]
+                if e != 0.0 and (bits[j] & 1) == 0:
+                    bits[j] += 1 if (total[j] > 0.0) == (e > 0.0) else -1
+            for j in range(n):
+                factor = row_factor[i] * col_factor[j]  # exact: a product of two powers of two
+                out[i, j] = np.float32(total[j] * factor)
+
+    parallel = SimpleNamespace(**{n: njit(parallel=True, cache=True, nogil=True)(f) for n, f in _KERNELS.items()})
+    serial = SimpleNamespace(**{n: njit(cache=True, nogil=True)(f) for n, f in _KERNELS.items()})

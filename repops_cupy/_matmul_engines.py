@@ -1,0 +1,134 @@
+"""Exact GEMM engines for digit planes: each returns exact integer sums, so all agree.
+
+An engine takes one K chunk of the digits of A, (M, DIGITS, L) int8 most significant
+first, and of B, (DIGITS, L, N) int8 least significant first, and returns `planes`
+(P, M, N) with the exact integer sums and `weights` (P,): the chunk's contribution to
+V' is sum_q planes[q] * 2^weights[q]. Which engine ran never shows in the result.
+
+- "int8": torch._int_mm, int8 x int8 with int32 accumulation (oneDNN, VNNI on CPU).
+  Exact while |sum| < 2^31: a chunk of L <= 16384 sums at most 5 * L * 2^14 < 2^31.
+  oneDNN's kernels for CPUs *without* VNNI saturate int16 intermediates and are not
+  exact; `int8_available` therefore runs a saturation probe once before this engine is
+  used, and the caller falls back to float64 if it fails.
+- "float64" (NumPy/OpenBLAS or CuPy/cuBLAS) and "torch" (torch float64, MKL): digits
+  grouped into 16-bit values, 7 K-lengths of float64 GEMM; every partial sum is an
+  integer below 2^53, so any summation order is exact.
+"""
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ._matmul_spec import DIGITS, MAX_DIAGONAL, pair_weight_bits
+
+CHUNK = 16384  # K chunk length: keeps every engine's sums exact (see above)
+ENGINES = ("int8", "float64", "torch")
+
+
+@functools.cache
+def int8_available() -> bool:
+    """True if torch._int_mm gives exact int32 sums here, probed on saturating inputs."""
+    try:
+        import torch  # noqa: PLC0415 - heavy optional import, only for this engine
+    except ImportError:
+        return False
+    rng = np.random.default_rng(0)
+    k = 4096
+    probes = [
+        (np.full((16, k), -128, np.int8), np.full((k, 16), -128, np.int8)),
+        (np.full((16, k), 127, np.int8), np.full((k, 16), -128, np.int8)),
+        (np.full((16, k), -128, np.int8), np.full((k, 16), 127, np.int8)),
+        (rng.integers(-128, 128, (48, k), dtype=np.int8), rng.integers(-128, 128, (k, 40), dtype=np.int8)),
+    ]
+    try:
+        for a, b in probes:
+            got = torch._int_mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+            want = a.astype(np.int64) @ b.astype(np.int64)  # exact: int64 products and sums < 2^63
+            if not np.array_equal(got.astype(np.int64), want):
+                return False
+    except RuntimeError:
+        return False
+    return True
+
+
+def diagonal_blocks():
+    """For each kept diagonal d: (first A digit, number of pairs, first B plane)."""
+    for d in range(MAX_DIAGONAL + 1):
+        s_lo, s_hi = max(0, d - (DIGITS - 1)), min(DIGITS - 1, d)
+        yield d, s_lo, s_hi - s_lo + 1, DIGITS - 1 - d + s_lo
+
+
+def int8_planes(lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact digit products with torch._int_mm (caller checked `int8_available`)."""
+    import torch  # noqa: PLC0415
+
+    m, _, length = lhs.shape
+    n = rhs.shape[2]
+    if m * 4 <= n:
+        return _int8_stacked_rows(torch, lhs, rhs)
+    planes = np.empty((MAX_DIAGONAL + 1, m, n), np.int32)
+    out = torch.from_numpy(planes)
+    a = torch.from_numpy(lhs.reshape(m, DIGITS * length))
+    b = torch.from_numpy(rhs.reshape(DIGITS * length, n))
+    weights = []
+    for q, (d, s0, count, t0) in enumerate(diagonal_blocks()):
+        # one diagonal sum_{s+t=d} A_s B_t as one product of contiguous K-stacked blocks
+        torch._int_mm(a[:, s0 * length:(s0 + count) * length], b[t0 * length:(t0 + count) * length], out=out[q])
+        weights.append(pair_weight_bits(d, 0))
+    return planes, np.array(weights, np.int64)
+
+
+def _int8_stacked_rows(torch: ModuleType, lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Few rows, many columns: read each B digit plane once, A digits stacked along M."""
+    m, _, length = lhs.shape
+    n = rhs.shape[2]
+    a_by_digit = np.ascontiguousarray(lhs.transpose(1, 0, 2))  # (DIGITS, M, L)
+    pairs = [(s, t) for t in range(DIGITS) for s in range(DIGITS) if s + t <= MAX_DIAGONAL]
+    planes = np.empty((len(pairs), m, n), np.int32)
+    out = torch.from_numpy(planes.reshape(len(pairs) * m, n))
+    a_all = torch.from_numpy(a_by_digit.reshape(DIGITS * m, length))
+    q = 0
+    for t in range(DIGITS):
+        count = min(DIGITS - 1, MAX_DIAGONAL - t) + 1  # A digits 0..count-1 meet B digit t
+        b_t = torch.from_numpy(rhs[DIGITS - 1 - t])
+        torch._int_mm(a_all[: count * m], b_t, out=out[q * m:(q + count) * m])
+        q += count
+    return planes, np.array([pair_weight_bits(s, t) for s, t in pairs], np.int64)
+
+
+def _grouped(lhs: Any, rhs: Any) -> tuple[list[Any], list[Any]]:
+    """Digits as float64: A's (G0, G1, a2, a3, a4), B's (H0, H1, b2, b3, b4) with G = 2^8 hi + lo."""
+    a = [lhs[:, s, :].astype(np.float64) for s in range(DIGITS)]
+    b = [rhs[DIGITS - 1 - t].astype(np.float64) for t in range(DIGITS)]
+    g = [a[0] * 256.0 + a[1], a[2] * 256.0 + a[3]]  # exact: small integers
+    h = [b[0] * 256.0 + b[1], b[2] * 256.0 + b[3]]
+    return g + a[2:], h + b[2:]
+
+
+def float64_planes(lhs: Any, rhs: Any, xp: ModuleType, engine: str) -> tuple[Any, np.ndarray]:
+    """Exact digit products with float64 GEMMs on 16-bit digit groups.
+
+    The 19 kept digit pairs, grouped: weight 2^24: G0 H0; weight 2^8: G0 H1 + G1 H0;
+    weight 1: G0 b4 + a4 H0 + a2 H1 + a3 b2. Every group product expands into kept
+    pairs only, at the weights of the specification.
+    """
+    (g0, g1, a2, a3, a4), (h0, h1, b2, b3, b4) = _grouped(lhs, rhs)
+    cat = xp.concatenate
+    products = [
+        (g0, h0),
+        (cat([g0, g1], axis=1), cat([h1, h0], axis=0)),
+        (cat([g0, a4, a2, a3], axis=1), cat([b4, h0, h1, b2], axis=0)),
+    ]
+    if engine == "torch":
+        import torch  # noqa: PLC0415
+
+        planes = xp.stack([
+            torch.matmul(torch.from_numpy(x), torch.from_numpy(y)).numpy()  # exact: integer partial sums < 2^53
+            for x, y in products
+        ])
+    else:
+        planes = xp.stack([xp.matmul(x, y) for x, y in products])  # exact: integer partial sums < 2^53
+    return planes, np.array([24, 8, 0], np.int64)

@@ -1,0 +1,327 @@
+"""The reproducible matrix product: float32 in, float32 out, the same bits everywhere.
+
+Specification
+-------------
+For A (M, K) and B (K, N), float32, every output element is a pure function of the
+bits of one row of A and one column of B:
+
+1. Scale. For row i of A, let e_i be the binary exponent of its largest finite |value|
+   (frexp: |max| = m * 2^e_i, m in [0.5, 1)); sigma_i = 38 - e_i (38 for an all-zero
+   row), so the row's largest value scaled by 2^sigma_i lies in [2^37, 2^38). Columns
+   of B likewise give tau_j. Non-finite entries count as 0 here.
+2. Truncate. X = rint(a * 2^sigma_i) (nearest, ties to even): an integer, |X| < 2^38.
+   Likewise Y = rint(b * 2^tau_j).
+3. Digits. X = sum_{s=0..4} alpha_s * 2^(8 (4 - s)), balanced base 256: alpha_4 ..
+   alpha_1 are the residues taken in [-128, 128) from the bottom up, alpha_0 (in
+   [-64, 64]) the rest. beta_t for Y the same way.
+4. Sum. V = sum over the 19 digit pairs with s + t <= 5 of
+   2^(8 (8 - s - t)) * sum_k alpha_s[i, k] * beta_t[k, j], computed exactly.
+5. Round. C[i, j] = V * 2^-(sigma_i + tau_j) rounded once to float32 (nearest, ties
+   to even; subnormal and overflow results as IEEE says). An exact zero gives +0.0.
+
+The constants do not depend on K, M or N. Non-finite inputs: an output element whose
+row of A or column of B holds an inf or NaN is what IEEE arithmetic gives for the
+exact products summed in any order: NaN if a NaN takes part, if inf meets 0, or if
++inf and -inf products meet, else the infinity of the infinite products. Only that
+row's and that column's outputs are affected. K = 0 gives +0.0; K >= 2^30 is refused.
+
+Accuracy (measured against exact dot products, see tests): on normal random data every
+output tried was correctly rounded; data spanning 10^+-8 and heavy cancellation lose
+accuracy where the truncation of step 2 drops bits of entries far below the row max.
+
+How it is computed: the digit products are exact integer GEMMs, so no engine, thread
+count, SIMD level, memory order or K chunking can change a bit. On CPU the default
+engine is torch._int_mm (int8 x int8 -> int32, 19 K-lengths of int8 GEMM); the float64
+engines (NumPy/OpenBLAS, torch/MKL, CuPy/cuBLAS) group digits into 16-bit values and
+need 7 K-lengths of float64 GEMM. Splitting and combining run as compiled loops
+(numba) on CPU, as array code elsewhere. See `_matmul_spec` and `_matmul_engines`.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from . import _matmul_cpu as cpu
+from . import _matmul_spec as spec
+from ._backend import array_module
+from ._matmul_engines import CHUNK, ENGINES, float64_planes, int8_available, int8_planes
+from .errors import OpError
+from .registry import Attr, register
+
+ENGINE_ENV = "REPOPS_GEMM_ENGINE"  # selfcheck sets it to compare engines
+KERNELS = ("numba", "array")
+
+
+@dataclass
+class _Operand:
+    """One side of a 2-D product, split into digits per K chunk.
+
+    `values` is the original float32 matrix (for the non-finite outputs); `shift` the
+    exponent shift per row (A) or column (B); `nonfinite` marks rows or columns that
+    hold inf or NaN; `chunks` the int8 digits of each K chunk.
+    """
+
+    values: Any
+    shift: Any
+    nonfinite: Any
+    chunks: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class PreparedB:
+    """The right operand of `matmul`, split once and reusable across calls (weights).
+
+    Gives bit for bit what passing the array itself gives.
+    """
+
+    shape: tuple[int, int]
+    operand: _Operand
+    xp: ModuleType
+    kernels: str
+
+
+def _chunk_bounds(k: int) -> list[tuple[int, int]]:
+    return [(k0, min(k, k0 + CHUNK)) for k0 in range(0, k, CHUNK)]
+
+
+def _abs_max(x: Any, axis: int, xp: ModuleType) -> Any:
+    """Largest |x| along an axis (exact, order-free); 0 along an empty axis."""
+    if x.shape[axis] == 0:
+        return xp.zeros(x.shape[1 - axis], xp.float32)
+    return xp.abs(x).max(axis=axis)
+
+
+PARALLEL_MIN_ELEMENTS = 1 << 17  # below this, starting numba's threads costs more than it saves
+
+
+def _cpu_kernels(elements: int):
+    return cpu.parallel if elements >= PARALLEL_MIN_ELEMENTS else cpu.serial
+
+
+def _prepare_lhs(a: Any, xp: ModuleType, kernels: str) -> _Operand:
+    m, k = a.shape
+    if kernels == "numba":
+        run = _cpu_kernels(m * k)
+        a = np.ascontiguousarray(a)
+        shift = np.empty(m, np.int32)
+        nonfinite = np.empty(m, np.bool_)
+        run.row_shifts(a.view(np.int32), shift, nonfinite)
+        chunks = []
+        for k0, k1 in _chunk_bounds(k):
+            out = np.empty((m, spec.DIGITS, k1 - k0), np.int8)
+            run.split_rows(a, shift, k0, out)
+            chunks.append(out)
+        return _Operand(a, shift, nonfinite, chunks)
+    finite, bad = spec.finite_part(a, xp)
+    shift = spec.exponent_shift(_abs_max(finite, 1, xp), xp)
+    chunks = [spec.split_lhs(finite[:, k0:k1], shift, xp) for k0, k1 in _chunk_bounds(k)]
+    return _Operand(a, shift, bad.any(axis=1), chunks)
+
+
+def _prepare_rhs(b: Any, xp: ModuleType, kernels: str) -> _Operand:
+    k, n = b.shape
+    if kernels == "numba":
+        run = _cpu_kernels(k * n)
+        b = np.ascontiguousarray(b)
+        shift = np.empty(n, np.int32)
+        nonfinite = np.empty(n, np.bool_)
+        run.col_shifts(b.view(np.int32), shift, nonfinite)
+        chunks = []
+        for k0, k1 in _chunk_bounds(k):
+            out = np.empty((spec.DIGITS, k1 - k0, n), np.int8)
+            run.split_cols(b, shift, k0, out)
+            chunks.append(out)
+        return _Operand(b, shift, nonfinite, chunks)
+    finite, bad = spec.finite_part(b, xp)
+    shift = spec.exponent_shift(_abs_max(finite, 0, xp), xp)
+    chunks = [spec.split_rhs(finite[k0:k1], shift, xp) for k0, k1 in _chunk_bounds(k)]
+    return _Operand(b, shift, bad.any(axis=0), chunks)
+
+
+def _select_engine(engine: str, xp: ModuleType) -> str:
+    if engine == "auto":
+        engine = os.environ.get(ENGINE_ENV, "auto")
+    if engine == "auto":
+        return "int8" if xp is np and int8_available() else "float64"
+    if engine not in ENGINES:
+        raise OpError(f"matmul: unknown engine {engine!r}; expected one of {('auto',) + ENGINES}")
+    if engine in ("int8", "torch") and xp is not np:
+        raise OpError(f"matmul: engine {engine!r} runs on CPU arrays only")
+    if engine == "int8" and not int8_available():
+        raise OpError("matmul: torch._int_mm is not exact on this CPU (no VNNI); use engine 'float64'")
+    return engine
+
+
+def _select_kernels(kernels: str, xp: ModuleType) -> str:
+    if kernels == "auto":
+        return "numba" if xp is np and cpu.AVAILABLE else "array"
+    if kernels not in KERNELS:
+        raise OpError(f"matmul: unknown kernels {kernels!r}; expected 'auto' or one of {KERNELS}")
+    if kernels == "numba" and (xp is not np or not cpu.AVAILABLE):
+        raise OpError("matmul: numba kernels need NumPy arrays and numba installed")
+    return kernels
+
+
+def _product_2d(lhs: _Operand, rhs: _Operand, xp: ModuleType, engine: str, kernels: str) -> Any:
+    m, k = lhs.values.shape
+    n = rhs.values.shape[1]
+    if m == 0 or n == 0 or k == 0:
+        return xp.zeros((m, n), xp.float32)
+    row_factor = spec.scale_factors(lhs.shift, xp)
+    col_factor = spec.scale_factors(rhs.shift, xp)
+    carry = None
+    last = len(lhs.chunks) - 1
+    for c, (a_digits, b_digits) in enumerate(zip(lhs.chunks, rhs.chunks)):
+        if engine == "int8":
+            planes, weights = int8_planes(a_digits, b_digits)
+        else:
+            planes, weights = float64_planes(a_digits, b_digits, xp, engine)
+        if kernels == "numba":
+            if c < last:
+                if carry is None:
+                    carry = (np.zeros((m, n), np.int64), np.zeros((m, n), np.int64))
+                _cpu_kernels(m * n * len(weights)).accumulate(planes, weights, *carry)
+                continue
+            out = np.empty((m, n), np.float32)
+            hi, lo = carry if carry is not None else (np.empty((0, 0), np.int64),) * 2
+            _cpu_kernels(m * n * len(weights)).combine(planes, weights, row_factor, col_factor, hi, lo, out)
+        elif c < last:
+            carry = spec.accumulate(planes, [int(w) for w in weights], xp, carry)
+            continue
+        else:
+            out = spec.combine(planes, [int(w) for w in weights], row_factor, col_factor, xp, carry)
+    if bool(lhs.nonfinite.any()):
+        rows = xp.nonzero(lhs.nonfinite)[0]
+        out[rows] = spec.nonfinite_block(lhs.values[rows], rhs.values, xp)
+    if bool(rhs.nonfinite.any()):
+        cols = xp.nonzero(rhs.nonfinite)[0]
+        out[:, cols] = spec.nonfinite_block(lhs.values, rhs.values[:, cols], xp)
+    return out
+
+
+def _check_operand(name: str, x: Any) -> None:
+    if x.dtype != np.float32:
+        raise OpError(f"matmul: {name} must be float32, got {x.dtype}")
+    if x.ndim < 2:
+        raise OpError(f"matmul: {name} must have at least 2 axes (a 1-D vector is not supported; "
+                      f"reshape it to a (1, n) or (n, 1) matrix), got shape {tuple(x.shape)}")
+
+
+def prepare_b(b: Any, transpose_b: bool = False, *, kernels: str = "auto") -> PreparedB:
+    """Split a 2-D right operand once (e.g. a weight read by several products of one step)."""
+    xp = array_module(b)
+    _check_operand("b", b)
+    if b.ndim != 2:
+        raise OpError(f"matmul: prepare_b takes a 2-D matrix, got shape {tuple(b.shape)}")
+    if transpose_b:
+        b = b.T
+    kernels = _select_kernels(kernels, xp)
+    return PreparedB(tuple(b.shape), _prepare_rhs(b, xp, kernels), xp, kernels)
+
+
+def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False, *,
+           engine: str = "auto", kernels: str = "auto") -> Any:
+    """op(a) @ op(b) for float32 (..., M, K) and (..., K, N), batch axes broadcast.
+
+    op transposes the last two axes where `transpose_a` / `transpose_b` is set. `b` may
+    be a `PreparedB`. `engine` ("auto", "int8", "float64", "torch") and `kernels`
+    ("auto", "numba", "array") choose how it is computed, never what: see the module
+    docstring for the specification.
+    """
+    prepared = b if isinstance(b, PreparedB) else None
+    xp = array_module(a) if prepared else array_module(a, b)
+    if prepared and (transpose_b or prepared.xp is not xp):
+        raise OpError("matmul: a PreparedB carries its own transpose and device")
+    _check_operand("a", a)
+    if transpose_a:
+        a = xp.swapaxes(a, -1, -2)
+    if prepared:
+        kernels = prepared.kernels if kernels == "auto" else kernels
+        if kernels != prepared.kernels:
+            raise OpError(f"matmul: b was prepared with {prepared.kernels!r} kernels")
+        b_shape = prepared.shape
+    else:
+        _check_operand("b", b)
+        if transpose_b:
+            b = xp.swapaxes(b, -1, -2)
+        b_shape = tuple(b.shape)
+    m, k = a.shape[-2:]
+    if b_shape[-2] != k:
+        raise OpError(f"matmul: inner dimensions differ: {tuple(a.shape)} @ {b_shape}")
+    if k >= spec.MAX_K:
+        raise OpError(f"matmul: K = {k} is at or above the supported limit 2^30")
+    n = b_shape[-1]
+    try:
+        batch = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b_shape[:-2]))
+    except ValueError:
+        raise OpError(f"matmul: batch axes do not broadcast: {tuple(a.shape)} @ {b_shape}") from None
+    engine = _select_engine(engine, xp)
+    kernels = _select_kernels(kernels, xp)
+
+    if len(b_shape) == 2 and tuple(a.shape[:-2]) == batch:
+        # rows are independent: a batch over one B is one product with stacked rows
+        rhs = prepared.operand if prepared else _prepare_rhs(b, xp, kernels)
+        lhs = _prepare_lhs(a.reshape(math.prod(batch) * m, k), xp, kernels)
+        return _product_2d(lhs, rhs, xp, engine, kernels).reshape(batch + (m, n))
+
+    a_b = xp.broadcast_to(a, batch + (m, k)) if batch else a
+    b_b = xp.broadcast_to(b, batch + (k, n)) if batch else b
+    out = xp.empty(batch + (m, n), xp.float32)
+    lhs_memo: dict[tuple, _Operand] = {}
+    rhs_memo: dict[tuple, _Operand] = {}
+    a_lead = a.shape[:-2]
+    b_lead = b.shape[:-2]
+    for idx in np.ndindex(*batch):
+        # an operand broadcast along the batch is split once
+        ia = _own_index(idx, a_lead)
+        ib = _own_index(idx, b_lead)
+        if ia not in lhs_memo:
+            lhs_memo[ia] = _prepare_lhs(a_b[idx], xp, kernels)
+        if ib not in rhs_memo:
+            rhs_memo[ib] = _prepare_rhs(b_b[idx], xp, kernels)
+        out[idx] = _product_2d(lhs_memo[ia], rhs_memo[ib], xp, engine, kernels)
+    return out
+
+
+def _own_index(idx: tuple[int, ...], lead: tuple[int, ...]) -> tuple[int, ...]:
+    """The index into an operand's own batch axes for one broadcast batch index."""
+    tail = idx[len(idx) - len(lead):] if lead else ()
+    return tuple(0 if size == 1 else i for i, size in zip(tail, lead))
+
+
+def matmul_forward(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False) -> Any:
+    """Reproducible float32 matrix product op(a) @ op(b); see `repops_cupy.matmul`."""
+    return matmul(a, b, transpose_a, transpose_b)
+
+
+def _matmul_vjp(emit, g, inputs, out, attrs):
+    a, b = inputs
+    ta, tb = attrs["transpose_a"], attrs["transpose_b"]
+    # With A = op(a), B = op(b): dA = g B^T and dB = A^T g, written in a, b and g.
+    if ta:
+        da = emit("matmul", b, g, transpose_a=tb, transpose_b=True)
+    else:
+        da = emit("matmul", g, b, transpose_a=False, transpose_b=not tb)
+    if tb:
+        db = emit("matmul", g, a, transpose_a=True, transpose_b=ta)
+    else:
+        db = emit("matmul", a, g, transpose_a=not ta, transpose_b=False)
+    if tuple(da.shape) != tuple(a.shape):
+        da = emit("sum_to", da, shape=tuple(a.shape))
+    if tuple(db.shape) != tuple(b.shape):
+        db = emit("sum_to", db, shape=tuple(b.shape))
+    return da, db
+
+
+register(
+    "matmul",
+    matmul_forward,
+    arity=2,
+    attrs={"transpose_a": Attr(bool, False), "transpose_b": Attr(bool, False)},
+    vjp=_matmul_vjp,
+)
