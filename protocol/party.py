@@ -12,7 +12,7 @@ from repops_cupy.merkle import split_point
 
 from .actions import Action, GameOver, MonotonicTime, Outbox, Received, Send
 from .commitments import SignedRoot, commit_trace, hash_tree, state_tree
-from .envelope import MAX_TENSOR_MESSAGE_SIZE, Envelope, ReplayGuard, decode_envelope
+from .envelope import Envelope, ReplayGuard, decode_envelope
 from .errors import LocalProtocolError, RemoteProtocolError
 from .game_state import CHALLENGER, DEFENDER, PARTY_EVENTS, PARTY_LEVEL, SEND_OPEN, GameState
 from .identity import Identity
@@ -104,7 +104,7 @@ class DisputeParty:
         return Send(self.referee, envelope)
 
     def receive_bytes(self, data: bytes, *, now: int) -> Received:
-        envelope = decode_envelope(data, max_size=MAX_TENSOR_MESSAGE_SIZE)
+        envelope = decode_envelope(data)  # a party receives requests and verdicts: never tensors
         return Received(envelope, self.receive(envelope, now=now))
 
     def receive(self, envelope: Envelope, *, now: int) -> list[Action]:

@@ -223,7 +223,7 @@ class OpAttrs(Spec):
     @staticmethod
     def _check_value(v: Any, where: str) -> None:
         kind = type(v)
-        if kind is bool or kind is str and len(v) <= 256:
+        if kind is bool or (kind is str and len(v) <= 256):
             return
         if kind is int:
             if not I64_MIN <= v <= I64_MAX:
