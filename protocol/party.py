@@ -117,21 +117,12 @@ class DisputeParty:
         event = PARTY_EVENTS.get(type(body))
         if event is None or not self.game.allows(event):
             raise RemoteProtocolError(f"{type(body).__name__} is not expected from the referee in state {self.state}")
-        if self.dispute_id is None and self.side == DEFENDER:
-            adopted = True
-            self.dispute_id = body.dispute_id  # the defender learns of the dispute from its first request
-        else:
-            adopted = False
-        try:
-            if body.dispute_id != self.dispute_id:
-                raise RemoteProtocolError("message for another dispute")
-            answer = self._answer(body)
-        except RemoteProtocolError:
-            if adopted:
-                self.dispute_id = None
-            raise
+        if self.dispute_id is not None and body.dispute_id != self.dispute_id:
+            raise RemoteProtocolError("message for another dispute")
+        answer = self._answer(body)
         self._guard.accept(envelope, now=now, job_id=self.job_id)
         self.game.fire(event)
+        self.dispute_id = body.dispute_id  # the defender learns of the dispute from its first request
         if isinstance(body, Verdict):
             self.verdict = body
             return [GameOver(body, envelope)]
@@ -174,7 +165,7 @@ class DisputeParty:
         if (req.lo, req.hi) not in allowed or req.hi - req.lo < 2:
             raise RemoteProtocolError(f"reveal of [{req.lo}, {req.hi}) does not follow the descent")
         self._last_range[level] = (req.lo, req.hi)
-        return RevealChildren(self.dispute_id, level, self._roots[level], tree.children_proof(req.lo, req.hi))
+        return RevealChildren(req.dispute_id, level, self._roots[level], tree.children_proof(req.lo, req.hi))
 
     def _check_found_leaf(self, level: int, leaf: int) -> None:
         """`leaf` must be a leaf child of the last node revealed at `level`."""
@@ -202,7 +193,7 @@ class DisputeParty:
         self._trees[2], self._roots[2], self._leaves[2] = tree, root, states
         self._last_range[2] = (0, tree.size)
         return IntervalCommit(
-            self.dispute_id, c,
+            req.dispute_id, c,
             checkpoints[c], trace.inclusion_proof(c),
             checkpoints[c + 1], trace.inclusion_proof(c + 1),
             root,
@@ -230,7 +221,7 @@ class DisputeParty:
         self._trees[3], self._roots[3], self._leaves[3] = tree, root, leaves
         self._last_range[3] = (0, tree.size)
         return StepCommit(
-            self.dispute_id, req.step,
+            req.dispute_id, req.step,
             states[j - 1], interval.inclusion_proof(j - 1),
             states[j], interval.inclusion_proof(j),
             root,
@@ -259,5 +250,5 @@ class DisputeParty:
             inputs = [InputEvidence(leaves[m], tree.inclusion_proof(m), TensorPayload.from_array(a))
                       for m, a in zip(entry.inputs, arrays)]
         # a batch leaf needs no inputs: the referee rebuilds the batch itself
-        return NodeEvidence(self.dispute_id, s, n, program.leaves[n], program.proof(n),
+        return NodeEvidence(req.dispute_id, s, n, program.leaves[n], program.proof(n),
                             leaves[n], tree.inclusion_proof(n), tuple(inputs))
