@@ -1,0 +1,38 @@
+"""`gavel train` and `gavel replay` through the CLI table (in process)."""
+import json
+
+from node.cli import main
+
+from .conftest import tiny_mlp_raw, to_toml
+
+
+def test_train_prints_root_last_and_replay_checks_it(tmp_path, capsys):
+    job = tmp_path / "mlp.toml"
+    job.write_text(to_toml(tiny_mlp_raw(steps=4, interval=2)))
+    out = tmp_path / "run"
+    assert main(["train", str(job), "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    trace = json.loads((out / "trace.json").read_text())
+    assert lines[-1] == trace["trace_root"] and len(lines[-1]) == 64
+    assert [c["step"] for c in trace["checkpoints"]] == [0, 2, 4]
+
+    assert main(["replay", str(job), "--from", str(out), "--checkpoint", "1"]) == 0
+    assert "match" in capsys.readouterr().out
+
+    trace["checkpoints"][2]["state_hash"] = "ab" * 32
+    from repops_cupy.merkle import merkle_root
+
+    trace["trace_root"] = merkle_root([bytes.fromhex(c["state_hash"]) for c in trace["checkpoints"]]).hex()
+    (out / "trace.json").write_text(json.dumps(trace))
+    assert main(["replay", str(job), "--from", str(out), "--checkpoint", "1"]) == 1
+    assert "MISMATCH" in capsys.readouterr().out
+    assert main(["replay", str(job), "--from", str(out), "--checkpoint", "2"]) == 1
+
+
+def test_invalid_job_names_the_field(tmp_path, capsys):
+    raw = tiny_mlp_raw()
+    raw["optimizer"]["lr"] = -1
+    job = tmp_path / "bad.toml"
+    job.write_text(to_toml(raw))
+    assert main(["train", str(job), "--out", str(tmp_path / "run")]) == 2
+    assert "optimizer.lr: must be a positive number" in capsys.readouterr().err
