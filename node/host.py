@@ -65,6 +65,8 @@ PING_LIMITS = StreamLimits(max_frame=16 * 1024, read_timeout=5.0, write_timeout=
 # The largest gossip item we publish or accept: gossip carries hashes, roots and
 # signatures; tensors go over streams (GossipSub drops > 1 MiB without a word).
 MAX_GOSSIP_BYTES = 64 * 1024
+# How often the bootstrap loop checks that its peer is still connected.
+CONNECTION_CHECK_INTERVAL = 0.5
 
 
 # -- identity ----------------------------------------------------------------------
@@ -397,10 +399,21 @@ class NodeHost:
         return peer
 
     async def _dial(self, ma: Multiaddr, peer: ID) -> None:
+        await trio.lowlevel.checkpoint()  # libp2p's connect() may return without one
         info = info_from_p2p_addr(ma)
+        network = self.libp2p.get_network()
+        stale = network.get_connections(peer)
+        if stale and all(conn.is_closed for conn in stale):
+            # A dead connection can linger in the swarm's table; connect() would then
+            # return at once without dialing.
+            with trio.move_on_after(2):
+                try:
+                    await network.close_peer(peer)
+                except BaseLibp2pError as error:
+                    log.debug("dropping dead connections to %s: %r", peer, error)
         # A failed dial bans the peer for 60 s, even after it restarts; a deliberate
         # dial should always really try.
-        self.libp2p.get_network().unblock_peer(peer)
+        network.unblock_peer(peer)
         with trio.move_on_after(self.dial_timeout) as scope:
             try:
                 await self.libp2p.connect(info)
@@ -408,9 +421,13 @@ class NodeHost:
                 raise PeerUnreachable(f"dial {ma} failed: {error}", peer=peer) from None
         if scope.cancelled_caught:
             raise PeerUnreachable(f"dial {ma} took over {self.dial_timeout:g} s", peer=peer)
+        if not self.is_connected(peer):
+            raise PeerUnreachable(f"connection to {ma} closed right after the dial", peer=peer)
 
     def is_connected(self, peer: ID) -> bool:
-        return bool(self.libp2p is not None and self.libp2p.get_network().get_connections(peer))
+        if self.libp2p is None:
+            return False
+        return any(not conn.is_closed for conn in self.libp2p.get_network().get_connections(peer))
 
     def connected_peers(self) -> list[ID]:
         return [] if self.libp2p is None else list(self.libp2p.get_connected_peers())
@@ -426,18 +443,17 @@ class NodeHost:
         low, high = self._reconnect
         delay = low
         while True:
-            if self.is_connected(peer):
-                delay = low
-                await trio.sleep(1.0)
-                continue
-            try:
-                await self._dial(addr, peer)
-                log.info("connected to bootstrap peer %s", peer)
-                delay = low
-            except PeerError as error:
-                log.info("bootstrap %s: %s; retrying in %.2g s", addr, error, delay)
-                await trio.sleep(delay)
-                delay = min(delay * 2, high)
+            if not self.is_connected(peer):
+                try:
+                    await self._dial(addr, peer)
+                    log.info("connected to bootstrap peer %s", peer)
+                    delay = low
+                except PeerError as error:
+                    log.info("bootstrap %s: %s; retrying in %.2g s", addr, error, delay)
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, high)
+                    continue
+            await trio.sleep(CONNECTION_CHECK_INTERVAL)
 
     async def _count_peers(self) -> None:
         while True:

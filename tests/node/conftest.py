@@ -1,0 +1,54 @@
+"""Helpers for node tests: real libp2p hosts on loopback inside ``trio.run``."""
+from __future__ import annotations
+
+import functools
+import os
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import trio
+
+from node.host import NodeHost, open_host
+from node.logs import configure_logging
+
+configure_logging("warning")
+
+
+def trio_test(timeout: float = 20.0):
+    """Run an async test in its own trio loop, failing it after ``timeout`` seconds."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            async def main():
+                with trio.fail_after(timeout):
+                    await fn(*args, **kwargs)
+
+            trio.run(main)
+
+        return run
+
+    return decorate
+
+
+@asynccontextmanager
+async def running_hosts(n: int, *, connect: bool = True, **options):
+    """``n`` hosts; with ``connect`` each later one dials every earlier one."""
+    async with AsyncExitStack() as stack:
+        hosts: list[NodeHost] = []
+        for _ in range(n):
+            hosts.append(await stack.enter_async_context(open_host(os.urandom(32), **options)))
+        if connect:
+            for i, host in enumerate(hosts):
+                for other in hosts[:i]:
+                    await host.connect(other.listen_addrs[0])
+        yield hosts
+
+
+async def wait_until(predicate, *, timeout: float = 5.0, interval: float = 0.02) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(interval)
+
+
+def counter_value(counter, **labels) -> float:
+    return (counter.labels(**labels) if labels else counter)._value.get()

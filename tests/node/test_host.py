@@ -1,0 +1,156 @@
+"""Hosts on loopback: identity, Noise-only security, dialing, request/response, reconnection."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import trio
+from libp2p import new_host
+from libp2p.crypto.ed25519 import Ed25519PublicKey
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
+from multiaddr import Multiaddr
+from nacl.signing import VerifyKey
+
+from node.errors import LocalError, PeerTimeout, PeerUnreachable, ProtocolNotSupported, RemoteError
+from node.host import NodeHost, identity_from_seed, open_host, peer_id_from_seed, public_key_of
+from node.streams import RequestRefused, StreamLimits
+
+from .conftest import running_hosts, trio_test, wait_until
+
+ECHO = "/gavel-test/echo/1"
+
+
+def test_one_seed_gives_peer_id_and_signing_key():
+    seed = os.urandom(32)
+    signing_key, key_pair = identity_from_seed(seed)
+    peer_id = peer_id_from_seed(seed)
+    assert public_key_of(peer_id) == bytes(signing_key.verify_key)
+    message = b"signed root"
+    # A PyNaCl signature verifies under the libp2p public key, and the other way round.
+    assert Ed25519PublicKey.from_bytes(public_key_of(peer_id)).verify(message, signing_key.sign(message).signature)
+    VerifyKey(public_key_of(peer_id)).verify(message, key_pair.private_key.sign(message))
+    assert peer_id_from_seed(seed) == peer_id
+    assert peer_id_from_seed(os.urandom(32)) != peer_id
+    with pytest.raises(LocalError):
+        identity_from_seed(b"short")
+
+
+async def _echo(peer, request: bytes) -> bytes:
+    await trio.lowlevel.checkpoint()
+    if request == b"refuse":
+        raise RequestRefused("no thanks")
+    return str(peer).encode() + b"|" + request
+
+
+@trio_test()
+async def test_two_hosts_dial_and_exchange_requests():
+    async with running_hosts(2, connect=False) as (a, b):
+        a.handle_requests(ECHO, _echo)
+        start = time.perf_counter()
+        peer = await b.connect(a.listen_addrs[0])
+        dial_ms = (time.perf_counter() - start) * 1000
+        assert peer == a.peer_id and b.is_connected(a.peer_id)
+        # The server names the client by the identity on the muxed connection.
+        assert await b.request(a.peer_id, ECHO, b"hi") == str(b.peer_id).encode() + b"|hi"
+        with pytest.raises(RemoteError, match="no thanks"):
+            await b.request(a.peer_id, ECHO, b"refuse")
+        with pytest.raises(ProtocolNotSupported):
+            await b.request(a.peer_id, "/gavel-test/nobody/1", b"x")
+        async with await b.open_channel(a.peer_id, ECHO) as channel:
+            start = time.perf_counter()
+            for i in range(50):
+                assert (await channel.request(b"%d" % i)).endswith(b"|%d" % i)
+            rtt_ms = (time.perf_counter() - start) * 1000 / 50
+            with pytest.raises(RemoteError):
+                await channel.request(b"refuse")
+            assert (await channel.request(b"after")).endswith(b"|after")  # still in step
+        print(f"dial {dial_ms:.1f} ms, kept-stream request round trip {rtt_ms:.2f} ms")
+        rtt, card = await b.ping(a.peer_id)
+        assert card.peer_id == str(a.peer_id) and card.addrs == a.listen_addrs and rtt < 2
+
+
+@trio_test()
+async def test_three_hosts_serve_each_other_concurrently():
+    async with running_hosts(3) as hosts:
+        for h in hosts:
+            h.handle_requests(ECHO, _echo)
+        answers = {}
+
+        async def ask(src, dst):
+            answers[(src, dst)] = await hosts[src].request(hosts[dst].peer_id, ECHO, b"%d>%d" % (src, dst))
+
+        async with trio.open_nursery() as nursery:
+            for src in range(3):
+                for dst in range(3):
+                    if src != dst:
+                        nursery.start_soon(ask, src, dst)
+        assert len(answers) == 6
+        for (src, dst), answer in answers.items():
+            assert answer == str(hosts[src].peer_id).encode() + b"|%d>%d" % (src, dst)
+
+
+@trio_test()
+async def test_plaintext_peer_cannot_connect():
+    async with open_host(os.urandom(32)) as a:
+        _, key_pair = identity_from_seed(os.urandom(32))
+        plain = new_host(key_pair=key_pair, sec_opt={PLAINTEXT_PROTOCOL_ID: InsecureTransport(key_pair)})
+        async with plain.run([Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+            with trio.move_on_after(5):
+                with pytest.raises(Exception):
+                    await plain.connect(info_from_p2p_addr(Multiaddr(a.listen_addrs[0])))
+            assert not a.connected_peers()
+
+
+@trio_test()
+async def test_unreachable_and_bad_addresses_are_typed_errors():
+    async with open_host(os.urandom(32), dial_timeout=2) as a:
+        # A free port with nobody listening.
+        ghost = f"/ip4/127.0.0.1/tcp/1/p2p/{peer_id_from_seed(os.urandom(32))}"
+        with pytest.raises(PeerUnreachable):
+            await a.connect(ghost)
+        with pytest.raises(LocalError, match="/p2p/"):
+            await a.connect("/ip4/127.0.0.1/tcp/1")
+        with pytest.raises(LocalError):
+            await a.connect(a.listen_addrs[0])
+
+
+@trio_test(timeout=30)
+async def test_bootstrap_peer_is_redialled_after_it_restarts():
+    seed = os.urandom(32)
+    async with trio.open_nursery() as nursery:
+        a = await nursery.start(NodeHost(seed).run)
+        addr = a.listen_addrs[0]
+        b = await nursery.start(NodeHost(os.urandom(32), bootstrap=[addr], reconnect_max=0.5).run)
+        await wait_until(lambda: b.is_connected(a.peer_id))
+        await a.aclose()
+        await a.aclose()  # twice is fine
+        await wait_until(lambda: not b.is_connected(a.peer_id))
+        await trio.sleep(0.5)  # b's redials fail meanwhile and land in libp2p's negative cache
+        port = Multiaddr(addr).value_for_protocol("tcp")
+        a2 = await nursery.start(NodeHost(seed, listen=f"/ip4/127.0.0.1/tcp/{port}").run)
+        await wait_until(lambda: b.is_connected(a2.peer_id), timeout=10)
+        await b.ping(a2.peer_id)
+        nursery.cancel_scope.cancel()
+
+
+@trio_test()
+async def test_request_to_silent_peer_times_out_while_others_are_served():
+    async def never(peer, request):
+        await trio.sleep_forever()
+
+    async with running_hosts(3) as (a, b, c):
+        a.handle_requests("/gavel-test/silent/1", never)
+        a.handle_requests(ECHO, _echo)
+        async with trio.open_nursery() as nursery:
+
+            async def stuck():
+                with pytest.raises(PeerTimeout):
+                    await b.request(a.peer_id, "/gavel-test/silent/1", b"?", timeout=1.0)
+
+            nursery.start_soon(stuck)
+            start = time.perf_counter()
+            for _ in range(5):
+                assert (await c.request(a.peer_id, ECHO, b"x")).endswith(b"|x")
+            assert time.perf_counter() - start < 1.0
