@@ -107,8 +107,11 @@ def named_hashes(state: dict[str, np.ndarray]) -> dict[str, bytes]:
 
 
 def _bump(value: np.ndarray, amount: int = 1) -> np.ndarray:
-    out = value.copy()
-    out.flat[0] = (out.flat[0] + amount) & MASK
+    out = np.array(value, copy=True)
+    if out.dtype.kind == "f":
+        out.flat[0] = out.flat[0] + amount
+    else:
+        out.flat[0] = (out.flat[0] + amount) & MASK
     return out
 
 
@@ -127,11 +130,16 @@ class World:
     """One run of the job; also the `TraceOracle` of the party that ran it."""
 
     def __init__(self, program: Program, steps: int, every: int, seed: int = 1, tamper: Tamper | None = None,
-                 ops: dict[str, Callable] | None = None):
-        """`ops` replaces registered operators by name in this party's own computation."""
+                 ops: dict[str, Callable] | None = None, init: Callable = None, batch: Callable = None):
+        """`ops` replaces registered operators by name in this party's own computation.
+
+        `init(seed)` gives the initial state and `batch(seed, step)` the batch of a step
+        (by default the small int64 tensors of the synthetic program).
+        """
         self._program = program
         self.steps, self.every, self.seed, self.tamper = steps, every, seed, tamper
-        state = initial_state(seed)
+        init, batch_of = init or initial_state, batch or batch_for
+        state = dict(init(seed))
         if tamper and tamper.kind == "initial":
             state["w"] = _bump(state["w"], tamper.amount)
         self.states = [state]
@@ -140,7 +148,7 @@ class World:
         self.node_hashes: list[list[bytes]] = [[]]
         for s in range(1, steps + 1):
             values = []
-            batch = batch_for(seed, s)
+            batch = batch_of(seed, s)
             for n, node in enumerate(program.nodes):
                 if node.is_leaf:
                     source = self.states[s - 1] if node.leaf_role == "state" else batch
@@ -221,10 +229,10 @@ RULES = DisputeRules(move_timeout_ms=10_000, clock_ms=60_000)
 
 
 def make_terms(program: Program, steps: int, every: int, seed: int = 1, rules: DisputeRules = RULES,
-               client: Identity = CLIENT) -> SignedJobTerms:
+               client: Identity = CLIENT, init: Callable = initial_state) -> SignedJobTerms:
     terms = JobTerms(
         client=client.node_id, config_hash=bytes(32), program_root=program.root, program_size=program.size,
-        data_root=bytes([9]) * 32, initial_state=state_root(named_hashes(initial_state(seed))), steps=steps,
+        data_root=bytes([9]) * 32, initial_state=state_root(named_hashes(init(seed))), steps=steps,
         checkpoint_every=every, payment=1000, stake=500, deadline=10**12, nonce=seed, rules=rules,
     )
     return SignedJobTerms.sign(client, terms)
@@ -241,9 +249,11 @@ class Game:
 
 
 def make_game(program: Program, steps: int, every: int, *, challenger_world: World, defender_world: World,
-              seed: int = 1, rules: DisputeRules = RULES, batch: bool = True) -> Game:
-    terms = make_terms(program, steps, every, seed, rules)
-    referee = Referee(identity=CLIENT, terms=terms, batch_hashes=batch_hashes_for(seed) if batch else None)
+              seed: int = 1, rules: DisputeRules = RULES, batch: bool = True, init: Callable = initial_state,
+              batch_of: Callable = batch_for) -> Game:
+    terms = make_terms(program, steps, every, seed, rules, init=init)
+    batch_hashes = (lambda step: named_hashes(batch_of(seed, step))) if batch else None
+    referee = Referee(identity=CLIENT, terms=terms, batch_hashes=batch_hashes)
     ch = DisputeParty(identity=ALICE, terms=terms, oracle=challenger_world, role="auditor", side=CHALLENGER)
     de = DisputeParty(identity=BOB, terms=terms, oracle=defender_world, role="provider", side=DEFENDER)
     return Game(terms, referee, ch, de, challenger_world)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from protocol import (
     CHALLENGER, CONTRADICTION, DEFENDER, EQUIVOCATION, INVALID_MOVE, TIMEOUT, UNCOMPUTABLE, WRONG_RESULT,
     DisputeRules, Envelope, EvidenceRequest, IntervalCommit, LocalProtocolError, NodeEvidence, OpenDispute,
-    Referee, RemoteProtocolError, RevealChildren, RevealRequest, SignedRoot, StepCommit, TensorPayload, Transcript,
+    Program, Referee, RemoteProtocolError, RevealChildren, RevealRequest, SignedRoot, StepCommit, TensorPayload, Transcript,
     commit_trace, decode_envelope, hash_tree, max_rounds,
 )
 from protocol_world import (
@@ -402,3 +402,48 @@ def test_an_honest_party_never_loses_and_the_cheat_is_located_exactly(data):
     if behaviour == "none":
         assert faults(verdict) == {identity.node_id: WRONG_RESULT}
         assert (verdict.depth, verdict.checkpoint, verdict.step, verdict.node)[:len(location)] == location
+
+
+# --- a real traced step graph with the library's operators ---------------------------------------
+
+
+def linear_regression_graph():
+    graph_module = pytest.importorskip("repops_cupy.graph")
+    import numpy as np
+
+    import repops_cupy.ops  # noqa: F401 - fills the registry
+
+    init = lambda seed: {"step": np.zeros((), np.int64),  # noqa: E731
+                         "w": np.random.default_rng(seed).standard_normal((3, 2)).astype(np.float32)}
+    def batch(seed, step):
+        rng = np.random.default_rng([seed, step])
+        return {"x": rng.standard_normal((4, 3)).astype(np.float32), "y": rng.standard_normal((4, 2)).astype(np.float32)}
+    b = graph_module.GraphBuilder()
+    state0, batch0 = init(1), batch(1, 1)
+    w, step = b.leaf("w", state0["w"]), b.leaf("step", state0["step"])
+    x, y = b.leaf("x", batch0["x"], "batch"), b.leaf("y", batch0["y"], "batch")
+    diff = b.op("sub", b.op("matmul", x, w), y)
+    loss = b.op("mean", b.op("mul", diff, diff))
+    (grad,) = b.gradients(loss, [w])
+    graph = b.finish({"w": b.op("sgd_update", w, grad, lr=0.1), "step": b.op("step_increment", step), "loss": loss})
+    return graph_module, graph, init, batch
+
+
+def test_dispute_over_a_real_step_graph_recomputes_a_library_operator():
+    graph_module, graph, init, batch = linear_regression_graph()
+    program = Program.from_step_graph(graph)
+    matmul = next(i for i, node in enumerate(graph.nodes) if node.op == "matmul")
+    honest = World(program, 6, 2, init=init, batch=batch)
+    # the oracle's node hashes are the training interpreter's
+    run = graph_module.execute(graph, {**init(1), **batch(1, 1)}, hashes=True)
+    assert run.node_hashes == honest.node_hashes[1]
+    for cheater in (DEFENDER, CHALLENGER):
+        cheat = World(program, 6, 2, init=init, batch=batch, tamper=Tamper("node", 4, matmul))
+        worlds = (cheat, honest) if cheater == CHALLENGER else (honest, cheat)
+        game = make_game(program, 6, 2, challenger_world=worlds[0], defender_world=worlds[1], init=init,
+                         batch_of=batch)
+        outcome = play(game)
+        check_outcome(game, outcome, program, 6, 2)
+        assert faults(outcome.verdict) == {party_id(cheater): WRONG_RESULT}
+        assert (outcome.verdict.step, outcome.verdict.node) == (4, matmul)
+        assert outcome.verdict.recomputed == honest.node_hashes[4][matmul]
