@@ -1,0 +1,121 @@
+"""Step time and peak memory: reproducible training vs torch eager float32, same model, same CPU.
+
+For each shipped job (scripts/jobs/tiny-gpt.toml, scripts/jobs/mlp.toml) two child
+processes run the same model from the same initial weights on the same batches: one
+with the step graph (`repops_cupy`), one with torch eager float32 and torch's own
+optimizer. Each reports the median step time after warm-up steps and its peak
+resident memory; the parent prints one table. Run from the repository root:
+
+    python scripts/bench_train.py [--steps N] [--warmup W] [--jobs tiny-gpt,mlp]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = {"tiny-gpt": ROOT / "scripts/jobs/tiny-gpt.toml", "mlp": ROOT / "scripts/jobs/mlp.toml"}
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _child(job: str, engine: str, steps: int, warmup: int) -> dict:
+    import numpy as np
+
+    from repops_cupy.jobspec import load_job
+    from repops_cupy.train import TrainingProgram
+
+    spec = load_job(JOBS[job])
+    program = TrainingProgram(spec)
+    batches = [program.batch(s) for s in range(warmup + steps)]
+    times = []
+    if engine == "repops":
+        t0 = time.perf_counter()
+        graph = program.graph
+        trace_s = time.perf_counter() - t0
+        state = program.initial_state()
+        base_mb = _rss_mb()
+        peak_bytes = 0
+        from repops_cupy.graph import execute
+
+        for s in range(warmup + steps):
+            t = time.perf_counter()
+            run = execute(graph, {**state, **batches[s]})
+            times.append(time.perf_counter() - t)
+            peak_bytes = max(peak_bytes, run.peak_bytes)
+            state = {k: v for k, v in run.outputs.items() if k != "loss"}
+        extra = {"trace_s": trace_s, "nodes": len(graph), "graph_peak_mb": peak_bytes / 2**20}
+    else:
+        import torch
+
+        from repops_cupy.torch_bridge import load_into_module, to_torch
+
+        model = load_into_module(to_torch(program.net), program.initial_state())
+        model.train()
+        o = spec.optimizer
+        if o.kind == "adamw":
+            opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
+                                    weight_decay=o.weight_decay)
+        else:
+            opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+        base_mb = _rss_mb()
+        for s in range(warmup + steps):
+            x, y = torch.from_numpy(batches[s]["batch/x"]), torch.from_numpy(batches[s]["batch/y"])
+            t = time.perf_counter()
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            times.append(time.perf_counter() - t)
+        extra = {"threads": torch.get_num_threads()}
+    return {"step_s": statistics.median(times[warmup:]), "base_mb": base_mb, "peak_mb": _rss_mb(), **extra,
+            "steps": steps, "np": np.__version__}
+
+
+def _run_child(job: str, engine: str, steps: int, warmup: int) -> dict:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", job, engine, "--steps", str(steps), "--warmup", str(warmup)],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"{job}/{engine} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per engine")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (JIT, caches)")
+    parser.add_argument("--jobs", default="tiny-gpt,mlp")
+    parser.add_argument("--child", nargs=2, metavar=("JOB", "ENGINE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(_child(args.child[0], args.child[1], args.steps, args.warmup)))
+        return 0
+    print(f"CPU cores: {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}; "
+          f"{args.steps} timed steps after {args.warmup} warm-up steps; median step time")
+    print(f"{'job':<10} {'engine':<18} {'step ms':>10} {'ratio':>7} {'peak RSS MB':>12} {'after setup MB':>15}  notes")
+    for job in args.jobs.split(","):
+        ours = _run_child(job, "repops", args.steps, args.warmup)
+        ref = _run_child(job, "torch", args.steps, args.warmup)
+        ratio = ours["step_s"] / ref["step_s"]
+        print(f"{job:<10} {'torch eager f32':<18} {ref['step_s'] * 1e3:>10.2f} {1.0:>7.2f} {ref['peak_mb']:>12.0f} "
+              f"{ref['base_mb']:>15.0f}  {ref['threads']} torch threads")
+        print(f"{job:<10} {'gavel step graph':<18} {ours['step_s'] * 1e3:>10.2f} {ratio:>7.2f} {ours['peak_mb']:>12.0f} "
+              f"{ours['base_mb']:>15.0f}  {ours['nodes']} nodes, graph values peak {ours['graph_peak_mb']:.1f} MB, "
+              f"trace {ours['trace_s']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
