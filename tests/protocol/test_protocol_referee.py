@@ -407,22 +407,28 @@ def test_an_honest_party_never_loses_and_the_cheat_is_located_exactly(data):
 # --- a real traced step graph with the library's operators ---------------------------------------
 
 
-def linear_regression_graph():
+def regression_graph():
+    """A real traced step: elementwise model, mean squared error, its gradient, an SGD update.
+
+    Elementwise operators keep the test quick; matmul's first call compiles its kernels.
+    """
     graph_module = pytest.importorskip("repops_cupy.graph")
     import numpy as np
 
     import repops_cupy.ops  # noqa: F401 - fills the registry
 
-    init = lambda seed: {"step": np.zeros((), np.int64),  # noqa: E731
-                         "w": np.random.default_rng(seed).standard_normal((3, 2)).astype(np.float32)}
+    def init(seed):
+        return {"step": np.zeros((), np.int64), "w": np.random.default_rng(seed).standard_normal((4, 3)).astype(np.float32)}
+
     def batch(seed, step):
         rng = np.random.default_rng([seed, step])
-        return {"x": rng.standard_normal((4, 3)).astype(np.float32), "y": rng.standard_normal((4, 2)).astype(np.float32)}
+        return {"x": rng.standard_normal((4, 3)).astype(np.float32), "y": rng.standard_normal((4, 3)).astype(np.float32)}
+
     b = graph_module.GraphBuilder()
     state0, batch0 = init(1), batch(1, 1)
     w, step = b.leaf("w", state0["w"]), b.leaf("step", state0["step"])
     x, y = b.leaf("x", batch0["x"], "batch"), b.leaf("y", batch0["y"], "batch")
-    diff = b.op("sub", b.op("matmul", x, w), y)
+    diff = b.op("sub", b.op("mul", x, w), y)
     loss = b.op("mean", b.op("mul", diff, diff))
     (grad,) = b.gradients(loss, [w])
     graph = b.finish({"w": b.op("sgd_update", w, grad, lr=0.1), "step": b.op("step_increment", step), "loss": loss})
@@ -430,20 +436,20 @@ def linear_regression_graph():
 
 
 def test_dispute_over_a_real_step_graph_recomputes_a_library_operator():
-    graph_module, graph, init, batch = linear_regression_graph()
+    graph_module, graph, init, batch = regression_graph()
     program = Program.from_step_graph(graph)
-    matmul = next(i for i, node in enumerate(graph.nodes) if node.op == "matmul")
+    target = next(i for i, node in enumerate(graph.nodes) if node.op == "sub")  # feeds the update
     honest = World(program, 6, 2, init=init, batch=batch)
     # the oracle's node hashes are the training interpreter's
     run = graph_module.execute(graph, {**init(1), **batch(1, 1)}, hashes=True)
     assert run.node_hashes == honest.node_hashes[1]
+    cheat = World(program, 6, 2, init=init, batch=batch, tamper=Tamper("node", 4, target))
     for cheater in (DEFENDER, CHALLENGER):
-        cheat = World(program, 6, 2, init=init, batch=batch, tamper=Tamper("node", 4, matmul))
         worlds = (cheat, honest) if cheater == CHALLENGER else (honest, cheat)
         game = make_game(program, 6, 2, challenger_world=worlds[0], defender_world=worlds[1], init=init,
                          batch_of=batch)
         outcome = play(game)
         check_outcome(game, outcome, program, 6, 2)
         assert faults(outcome.verdict) == {party_id(cheater): WRONG_RESULT}
-        assert (outcome.verdict.step, outcome.verdict.node) == (4, matmul)
-        assert outcome.verdict.recomputed == honest.node_hashes[4][matmul]
+        assert (outcome.verdict.step, outcome.verdict.node) == (4, target)
+        assert outcome.verdict.recomputed == honest.node_hashes[4][target]
