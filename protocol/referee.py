@@ -27,7 +27,7 @@ from .commitments import CommitmentStore, EquivocationProof, SignedRoot, state_l
 from .envelope import MAX_MESSAGE_SIZE, MAX_TENSOR_MESSAGE_SIZE, NEVER, Envelope, ReplayGuard, decode_envelope
 from .errors import LocalProtocolError, RemoteProtocolError
 from .game_state import (
-    AWAIT_OPEN, CHECKPOINTS, DEFAULTED, DESCENDED, DONE, EVIDENCE, EXPECTED_MOVE, INTERVAL_COMMIT, LEVEL,
+    AWAIT_OPEN, DEFAULTED, DESCENDED, DONE, EVIDENCE, EXPECTED_MOVE, INTERVAL_COMMIT, LEVEL,
     LOCATED, OPENED_DISPUTE, REFEREE, RULED, STEP_COMMIT, ChessClock, GameState,
 )
 from .identity import Identity

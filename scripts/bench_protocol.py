@@ -18,7 +18,7 @@ import numpy as np
 
 from protocol import (
     Commitment, DisputeRules, Envelope, Fault, Identity, InputEvidence, JobOffer, JobTerms, MerkleTree, NodeEvidence,
-    NodeSpec, OpenDispute, Program, RemoteProtocolError, RevealChildren, RevealRequest, SignedJobTerms, SignedRoot,
+    NodeSpec, OpenDispute, Program, RemoteProtocolError, RevealChildren, RevealRequest, SignedJobTerms,
     TensorPayload, Verdict, commit_trace, decode_envelope,
 )
 from protocol.envelope import MAX_TENSOR_MESSAGE_SIZE
