@@ -1,0 +1,141 @@
+"""Cost of the reproducible operators against plain NumPy float32, measured side by side.
+
+For each thread count the script runs itself in a child process with the BLAS, OpenMP
+(torch) and numba thread counts set in the environment, so every library starts with
+that many threads. Within a child, the reproducible call and its NumPy counterpart
+alternate; each printed ratio is median(reproducible) / median(NumPy) over the repeats.
+
+    python scripts/bench_repops.py [--threads 1 2] [--repeats 7] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+MATMUL_SHAPES = ((256, 256, 256), (1024, 1024, 1024), (64, 4096, 4096))
+THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+def _paired_medians(ours, theirs, repeats: int) -> tuple[float, float]:
+    """Median seconds of each callable, calls interleaved so load changes hit both."""
+    import numpy as np
+
+    ours()
+    theirs()
+    t_ours, t_theirs = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        theirs()
+        t_theirs.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        ours()
+        t_ours.append(time.perf_counter() - start)
+    return float(np.median(t_ours)), float(np.median(t_theirs))
+
+
+def _matmul_rows(repeats: int) -> list[dict]:
+    import numpy as np
+
+    from repops_cupy.matmul import matmul, prepare_b
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for m, k, n in MATMUL_SHAPES:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        prepared = prepare_b(b)
+        ours, base = _paired_medians(lambda: matmul(a, b), lambda: a @ b, repeats)  # exact: baseline timing only
+        reuse, base2 = _paired_medians(lambda: matmul(a, prepared), lambda: a @ b, repeats)  # exact: baseline timing only
+        rows.append({"case": f"matmul {m}x{k}x{n}", "numpy_ms": 1e3 * base, "ratio": ours / base,
+                     "ratio_prepared_b": reuse / base2})
+    return rows
+
+
+def _elementwise_rows(repeats: int, quick: bool) -> list[dict]:
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    sizes = (1_000_000,) if quick else (1_000_000, 10_000_000)
+    rows = []
+
+    def numpy_softmax(x):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)  # exact: baseline timing only
+
+    def numpy_layer_norm(x, gamma, beta):
+        mu = x.mean(axis=-1, keepdims=True)  # exact: baseline timing only
+        var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)  # exact: baseline timing only
+        return (x - mu) / np.sqrt(var + np.float32(1e-5)) * gamma + beta
+
+    cases = []
+    try:
+        from repops_cupy.transcendental import exp
+    except Exception as err:  # another engineer's module: report, do not fail
+        rows.append({"case": "exp", "missing": f"not available yet ({type(err).__name__})"})
+    else:
+        cases.append(("exp", lambda x: exp(x), lambda x: np.exp(x)))  # exact: baseline timing only
+    try:
+        from repops_cupy.nn import layer_norm, softmax
+    except Exception as err:
+        rows.append({"case": "softmax / layer_norm", "missing": f"not available yet ({type(err).__name__})"})
+    else:
+        cases.append(("softmax (rows of 1024)", lambda x: softmax(x), numpy_softmax))
+        gamma = rng.standard_normal(1024).astype(np.float32)
+        beta = rng.standard_normal(1024).astype(np.float32)
+        cases.append(("layer_norm (rows of 1024)", lambda x: layer_norm(x, gamma, beta),
+                      lambda x: numpy_layer_norm(x, gamma, beta)))
+    for size in sizes:
+        x = rng.standard_normal((size // 1024, 1024)).astype(np.float32)
+        for name, ours_fn, numpy_fn in cases:
+            ours, base = _paired_medians(lambda: ours_fn(x), lambda: numpy_fn(x), max(3, repeats // 2))
+            rows.append({"case": f"{name} {x.size:.0e}", "numpy_ms": 1e3 * base, "ratio": ours / base})
+    return rows
+
+
+def _child(args) -> None:
+    rows = _matmul_rows(args.repeats) + _elementwise_rows(args.repeats, args.quick)
+    print(json.dumps(rows))
+
+
+def _run_child(threads: int, args) -> list[dict]:
+    env = dict(os.environ)
+    env.update({name: str(threads) for name in THREAD_ENV})
+    cmd = [sys.executable, __file__, "--child", "--repeats", str(args.repeats)] + (["--quick"] if args.quick else [])
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"child with {threads} thread(s) failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="elementwise on 1e6 elements only")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args)
+        return
+    results = {t: _run_child(t, args) for t in args.threads}
+    print(f"time ratio reproducible / NumPy float32 (median of {args.repeats}; lower is better)")
+    header = f"{'case':34s}" + "".join(f" | {t} thread{'s' if t > 1 else ''}: ratio (numpy ms)" for t in args.threads)
+    print(header)
+    for i, row in enumerate(results[args.threads[0]]):
+        line = f"{row['case']:34s}"
+        for t in args.threads:
+            r = results[t][i]
+            if "missing" in r:
+                line += f" | {r['missing']:>32s}"
+                continue
+            extra = f", reused B {r['ratio_prepared_b']:.2f}" if "ratio_prepared_b" in r else ""
+            line += f" | {r['ratio']:6.2f}x ({r['numpy_ms']:7.2f} ms){extra}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
