@@ -97,11 +97,6 @@ class JobSpec:
             raise JobSpecError("job.steps: must be a positive integer")
         return replace(self, steps=steps)
 
-    def resolve_path(self, path: str) -> Path:
-        """A data path as given (builtin names stay as they are for the data loader)."""
-        p = Path(path).expanduser()
-        return p if p.is_absolute() else Path(self.base_dir) / p
-
     def identity(self) -> str:
         """Canonical JSON of what fixes the run's bits, without `steps`, paths or name."""
         d = asdict(self)
