@@ -73,6 +73,15 @@ def open_datadir(data_dir: Path, overrides: Mapping[str, Any] = {}) -> Config:
         raise DataDirError(str(error)) from None
 
 
+def peer_id_text(public_key: bytes) -> str:
+    """The libp2p PeerID of an Ed25519 public key, without importing libp2p (slow):
+    base58 of the identity multihash of the key's protobuf encoding."""
+    import base58
+
+    encoded = b"\x08\x01\x12\x20" + public_key  # KeyType Ed25519, 32-byte data
+    return base58.b58encode(b"\x00" + bytes([len(encoded)]) + encoded).decode()
+
+
 def load_seed(config: Config) -> bytes:
     from protocol.keyfile import KeyFileError, read_key_file
 

@@ -55,11 +55,12 @@ def node_main(argv: list[str]) -> int:
 
 
 def _init(data_dir: Path, values: dict) -> int:
-    from .datadir import init_datadir, load_seed
-    from .host import peer_id_from_seed
+    from nacl.signing import SigningKey
+
+    from .datadir import init_datadir, load_seed, peer_id_text
 
     config = init_datadir(data_dir, values)
-    peer = peer_id_from_seed(load_seed(config))
+    peer = peer_id_text(bytes(SigningKey(load_seed(config)).verify_key))
     print(f"initialised {config.data_dir}\npeer id: {peer}\nconfig:  {config.config_file}")
     return 0
 

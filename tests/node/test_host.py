@@ -13,6 +13,7 @@ from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTr
 from multiaddr import Multiaddr
 from nacl.signing import VerifyKey
 
+from node.datadir import peer_id_text
 from node.errors import LocalError, PeerTimeout, PeerUnreachable, ProtocolNotSupported, RemoteError
 from node.host import NodeHost, identity_from_seed, open_host, peer_id_from_seed, public_key_of
 from node.streams import RequestRefused, StreamLimits
@@ -32,6 +33,7 @@ def test_one_seed_gives_peer_id_and_signing_key():
     assert Ed25519PublicKey.from_bytes(public_key_of(peer_id)).verify(message, signing_key.sign(message).signature)
     VerifyKey(public_key_of(peer_id)).verify(message, key_pair.private_key.sign(message))
     assert peer_id_from_seed(seed) == peer_id
+    assert peer_id_text(bytes(signing_key.verify_key)) == str(peer_id)  # the libp2p-free version
     assert peer_id_from_seed(os.urandom(32)) != peer_id
     with pytest.raises(LocalError):
         identity_from_seed(b"short")
