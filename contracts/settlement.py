@@ -41,24 +41,26 @@ from .records import (
 
 CONTRACT_NAME = "GavelSettlement"
 
-# Gas limit of every transaction, by operation: the worst case measured on this contract
-# (settle with MAX_PROVIDERS seats all paid to fresh accounts, rulings that slash and burn)
-# plus about a third. withdraw leaves room for a contract wallet's receive function.
+# Gas limit of every transaction, by operation: about twice the gas the worst case measured
+# needs (scripts/bench_settlement.py prints both; settle's worst case is MAX_PROVIDERS seats
+# paid to fresh accounts). A limit costs nothing unless used, while one too tight fails a
+# move, and storage refunds mean a call needs more gas up front than its receipt shows.
+# withdraw leaves room for a contract wallet's receive function.
 # A Settlement copies this table to `gas_limits`, which a caller may adjust.
 GAS_LIMITS: dict[str, int] = {
     "deploy": 4_200_000,
-    "register": 130_000,
-    "addStake": 50_000,
-    "beginUnbonding": 45_000,
-    "cancelUnbonding": 40_000,
-    "completeUnbonding": 60_000,
-    "openJob": 200_000,
-    "accept": 180_000,
-    "commit": 90_000,
-    "openDispute": 290_000,
-    "rule": 180_000,
-    "lapse": 70_000,
-    "settle": 1_100_000,
+    "register": 180_000,
+    "addStake": 70_000,
+    "beginUnbonding": 70_000,
+    "cancelUnbonding": 70_000,
+    "completeUnbonding": 110_000,
+    "openJob": 280_000,
+    "accept": 260_000,
+    "commit": 130_000,
+    "openDispute": 400_000,
+    "rule": 260_000,
+    "lapse": 100_000,
+    "settle": 1_300_000,
     "withdraw": 100_000,
 }
 

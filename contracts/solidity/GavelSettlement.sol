@@ -15,10 +15,10 @@ import {Node, NodeStatus, Job, JobStatus, Seat, Dispute, DisputeStatus, Outcome}
 ///    verdict, due `rulingPeriod` seconds after the dispute opened. Without it the dispute
 ///    lapses and every lock stays as it was before the dispute.
 ///  - Slash split: a loser forfeits its whole lock (a provider's seat lock, an auditor's bond).
-///    WINNER_SHARE_BPS of it is credited to the winner and the rest is burned (sent to
-///    address(0)). When both lose, or a provider never committed its trace root, there is no
-///    winner: the client is the beneficiary of a no-show's lock and both-lose stakes are
-///    burned whole. Nothing of a disputed stake ever goes to the referee, so ruling
+///    WINNER_SHARE_BPS of it is credited to the beneficiary and the rest is burned (sent to
+///    BURN_ADDRESS, 0x…dEaD). The beneficiary is the winner of the dispute; for a provider that
+///    never committed its trace root it is the client; when both parties lose there is none and
+///    the whole lock is burned. No disputed stake ever goes to the referee, so ruling
 ///    "both lose" earns the referee nothing.
 ///  - Settlement after the challenge window: each provider that committed and never lost
 ///    gets an equal share of the price (the division remainder returns to the client) and its
@@ -41,7 +41,7 @@ contract GavelSettlement {
     /// @notice Longest ruling period a job may set.
     uint64 public constant MAX_RULING_PERIOD = 365 days;
     /// @notice Where burned stake goes.
-    address public constant BURN_ADDRESS = address(0);
+    address public constant BURN_ADDRESS = 0x000000000000000000000000000000000000dEaD;
 
     /// @notice Seconds between beginUnbonding and the earliest completeUnbonding.
     uint64 public immutable UNBONDING_DELAY;
@@ -687,7 +687,7 @@ contract GavelSettlement {
         _slash(jobId, provider, amount, beneficiary);
     }
 
-    /// Splits a forfeited lock: WINNER_SHARE_BPS to the beneficiary (if any), the rest burned.
+    /// Splits a forfeited lock: WINNER_SHARE_BPS to the beneficiary (none: address(0)), the rest burned.
     function _slash(bytes32 jobId, address loser, uint256 amount, address beneficiary) private {
         uint256 toBeneficiary = beneficiary == address(0) ? 0 : amount * WINNER_SHARE_BPS / BPS;
         uint256 burned = amount - toBeneficiary;

@@ -1,0 +1,58 @@
+"""The committed ABI and bytecode are what the pinned solc-js makes of the committed source.
+
+With node and the npm toolchain installed (``npm install`` at the repository root; CI does it
+and sets GAVEL_REQUIRE_SOLC=1) the source is recompiled and compared byte for byte. Without
+them the source digest recorded in the artifacts is compared with the source on disk.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from contracts.artifacts import ARTIFACT_DIR, current_source_hash, load_artifact
+
+pytestmark = pytest.mark.settlement
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTRACTS = ("GavelSettlement", "ReentrantReceiver")
+
+
+def _solc_available() -> bool:
+    return shutil.which("node") is not None and (ROOT / "node_modules" / "solc" / "package.json").is_file()
+
+
+def test_artifacts_record_the_pinned_compiler_and_settings():
+    pinned = json.loads((ROOT / "package.json").read_text())["devDependencies"]["solc"]
+    for name in CONTRACTS:
+        artifact = load_artifact(name)
+        assert artifact.compiler_version.startswith(pinned + "+")
+        assert artifact.settings["evmVersion"] == "cancun"
+        assert artifact.settings["optimizer"] == {"enabled": True, "runs": 200}
+        assert artifact.bytecode and artifact.deployed_bytecode
+
+
+def test_artifacts_match_the_source_digest():
+    for name in CONTRACTS:
+        assert load_artifact(name).source_hash == current_source_hash(), (
+            f"{name}.json is stale: run `node scripts/build_contracts.mjs`")
+
+
+def test_recompiling_the_source_gives_the_committed_artifacts(tmp_path):
+    if not _solc_available():
+        if os.environ.get("GAVEL_REQUIRE_SOLC"):
+            pytest.fail("GAVEL_REQUIRE_SOLC is set but node or node_modules/solc is missing (run `npm install`)")
+        pytest.skip("node or node_modules/solc missing (run `npm install`): the source digest test stands in")
+    subprocess.run(
+        ["node", str(ROOT / "scripts" / "build_contracts.mjs"), "--out", str(tmp_path)],
+        check=True, capture_output=True, timeout=120,
+    )
+    rebuilt = sorted(p.name for p in tmp_path.glob("*.json"))
+    committed = sorted(p.name for p in ARTIFACT_DIR.glob("*.json"))
+    assert rebuilt == committed
+    for name in rebuilt:
+        assert json.loads((tmp_path / name).read_text()) == json.loads((ARTIFACT_DIR / name).read_text()), (
+            f"{name} drifted from the source: run `node scripts/build_contracts.mjs`")
