@@ -18,11 +18,15 @@ from .conftest import tiny_gpt_raw, to_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_AVX = "AVX512_ICL AVX512_SPR X86_V4 X86_V3"
+# The default CPU engine multiplies integer digits with torch; the OpenBLAS settings
+# matter to the float64 engine, so those configurations select it (and so also check
+# that the two engines agree).
+FLOAT64 = {"REPOPS_GEMM_ENGINE": "float64"}
 CONFIGS = {
     "base": {"OPENBLAS_NUM_THREADS": "1"},
-    "threads=2": {"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2", "NUMBA_NUM_THREADS": "2"},
-    "Haswell": {"OPENBLAS_NUM_THREADS": "1", "OPENBLAS_CORETYPE": "Haswell"},
-    "SkylakeX": {"OPENBLAS_NUM_THREADS": "1", "OPENBLAS_CORETYPE": "SkylakeX"},
+    "threads=2": {"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2", "NUMBA_NUM_THREADS": "2", **FLOAT64},
+    "Haswell": {"OPENBLAS_NUM_THREADS": "1", "OPENBLAS_CORETYPE": "Haswell", **FLOAT64},
+    "SkylakeX": {"OPENBLAS_NUM_THREADS": "1", "OPENBLAS_CORETYPE": "SkylakeX", **FLOAT64},
     "no-AVX2/512": {"OPENBLAS_NUM_THREADS": "1", "NPY_DISABLE_CPU_FEATURES": NO_AVX},
 }
 STEPS = 4
@@ -55,7 +59,8 @@ print(json.dumps(result))
 
 def _child(job: Path, out: Path, mode: str, env_extra: dict) -> dict:
     env = {k: v for k, v in os.environ.items()
-           if k not in ("OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+           if k not in ("OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                        "REPOPS_GEMM_ENGINE")}
     env.setdefault("NUMBA_NUM_THREADS", "1")  # parallel kernels crawl on an oversubscribed machine
     env.update(env_extra)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
