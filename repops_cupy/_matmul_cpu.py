@@ -74,26 +74,28 @@ if AVAILABLE:
 
     @_jit
     def col_shifts(bits, shift, nonfinite):
-        """Per column of float32 bits (K, N) int32 (C order): exponent shift, and whether it holds inf/NaN."""
-        k, n = bits.shape
-        blocks = max(1, min(k, 64))  # row blocks, reduced after (max is exact, order-free)
-        big = np.zeros((blocks, n), np.int32)
-        for blk in prange(blocks):
-            row_max = big[blk]
+        """Per column of a batch of float32 bits (Bt, K, N) int32 (C order): shift and inf/NaN flag (Bt, N)."""
+        nb, k, n = bits.shape
+        blocks = max(1, min(k, 64 // nb))  # row blocks, reduced after (max is exact, order-free)
+        big = np.zeros((nb, blocks, n), np.int32)
+        for task in prange(nb * blocks):
+            bt, blk = task // blocks, task % blocks
+            row_max = big[bt, blk]
             for r in range(blk * k // blocks, (blk + 1) * k // blocks):
-                row = bits[r]
+                row = bits[bt, r]
                 for j in range(n):
                     row_max[j] = max(row_max[j], row[j] & _ABS_MASK)
         buf_f = np.zeros(1, np.float32)
         buf_i = buf_f.view(np.int32)
-        for j in range(n):
-            top = 0
-            for blk in range(blocks):
-                top = max(top, big[blk, j])
-            nonfinite[j] = top >= _INF_BITS
-            if top >= _INF_BITS:
-                top = _finite_abs_max(bits, j, k, n)
-            shift[j] = _shift_of(top, buf_f, buf_i)
+        for bt in range(nb):
+            for j in range(n):
+                top = 0
+                for blk in range(blocks):
+                    top = max(top, big[bt, blk, j])
+                nonfinite[bt, j] = top >= _INF_BITS
+                if top >= _INF_BITS:
+                    top = _finite_abs_max(bits, (bt * k) * n + j, k, n)
+                shift[bt, j] = _shift_of(top, buf_f, buf_i)
 
     @_jit_serial
     def _digits_into(x, scale, planes, first, step):
@@ -121,14 +123,16 @@ if AVAILABLE:
 
     @_jit
     def split_cols(b, shift, k0, out):
-        """Digits of b[k0:k0+L, :] into out (DIGITS, L, N) int8, least significant first."""
-        n = b.shape[1]
-        width = out.shape[1]
-        scale = np.empty(n, np.float64)
-        for j in range(n):
-            scale[j] = math.ldexp(1.0, shift[j])
-        for r in prange(width):
-            _digits_into(b[k0 + r], scale, out[:, r], 0, 1)
+        """Digits of b[:, k0:k0+L, :] (Bt, K, N) into out (Bt, DIGITS, L, N) int8, least significant first."""
+        nb, _, n = b.shape
+        width = out.shape[2]
+        scale = np.empty((nb, n), np.float64)
+        for bt in range(nb):
+            for j in range(n):
+                scale[bt, j] = math.ldexp(1.0, shift[bt, j])
+        for task in prange(nb * width):
+            bt, r = task // width, task % width
+            _digits_into(b[bt, k0 + r], scale[bt], out[bt, :, r], 0, 1)
 
     @_jit_serial
     def _add_planes(planes, weights, i, h, low):
@@ -159,10 +163,12 @@ if AVAILABLE:
     def combine(planes, weights, row_factor, col_factor, hi, lo, out):
         """out = float32 of (hi * 2^24 + lo + sum_q planes[q] * 2^weights[q]) * factors.
 
-        hi and lo carry earlier K chunks; pass 0-by-0 arrays when there are none. The
-        rounding follows _matmul_spec.round_hi_lo step by step.
+        Rows are Bt stacked blocks of M: row i takes col_factor[i // M]. hi and lo carry
+        earlier K chunks; pass 0-by-0 arrays when there are none. The rounding follows
+        _matmul_spec.round_hi_lo step by step.
         """
         m, n = out.shape
+        rows_per_batch = m // col_factor.shape[0]
         carry = hi.shape[0] > 0
         mask = (1 << SPLIT_WEIGHT) - 1
         for i in prange(m):
@@ -186,8 +192,9 @@ if AVAILABLE:
                 e = err[j]
                 if e != 0.0 and (bits[j] & 1) == 0:
                     bits[j] += 1 if (total[j] > 0.0) == (e > 0.0) else -1
+            cols = col_factor[i // rows_per_batch]
             for j in range(n):
-                factor = row_factor[i] * col_factor[j]  # exact: a product of two powers of two
+                factor = row_factor[i] * cols[j]  # exact: a product of two powers of two
                 out[i, j] = np.float32(total[j] * factor)
 
     parallel = SimpleNamespace(**{n: njit(parallel=True, cache=True, nogil=True)(f) for n, f in _KERNELS.items()})

@@ -1,9 +1,10 @@
 """Exact GEMM engines for digit planes: each returns exact integer sums, so all agree.
 
-An engine takes one K chunk of the digits of A, (M, DIGITS, L) int8 most significant
-first, and of B, (DIGITS, L, N) int8 least significant first, and returns `planes`
-(P, M, N) with the exact integer sums and `weights` (P,): the chunk's contribution to
-V' is sum_q planes[q] * 2^weights[q]. Which engine ran never shows in the result.
+An engine takes one K chunk of the digits of a batch of Bt products: A's rows stacked,
+(Bt * M, DIGITS, L) int8 most significant first, and B's, (Bt, DIGITS, L, N) int8
+least significant first. It returns `planes` (P, Bt * M, N) with the exact integer
+sums and `weights` (P,): the chunk's contribution to V' is sum_q planes[q] *
+2^weights[q]. Which engine ran never shows in the result.
 
 - "int8": torch._int_mm, int8 x int8 with int32 accumulation (oneDNN, VNNI on CPU).
   Exact while |sum| < 2^31: a chunk of L <= 16384 sums at most 5 * L * 2^14 < 2^31.
@@ -65,44 +66,53 @@ def int8_planes(lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarra
     """Exact digit products with torch._int_mm (caller checked `int8_available`)."""
     import torch  # noqa: PLC0415
 
-    m, _, length = lhs.shape
-    n = rhs.shape[2]
+    nb, _, length, n = rhs.shape
+    m = lhs.shape[0] // nb
     if m * 4 <= n:
         return _int8_stacked_rows(torch, lhs, rhs)
-    planes = np.empty((MAX_DIAGONAL + 1, m, n), np.int32)
+    planes = np.empty((MAX_DIAGONAL + 1, nb * m, n), np.int32)
     out = torch.from_numpy(planes)
-    a = torch.from_numpy(lhs.reshape(m, DIGITS * length))
-    b = torch.from_numpy(rhs.reshape(DIGITS * length, n))
-    weights = []
-    for q, (d, s0, count, t0) in enumerate(diagonal_blocks()):
-        # one diagonal sum_{s+t=d} A_s B_t as one product of contiguous K-stacked blocks
-        torch._int_mm(a[:, s0 * length:(s0 + count) * length], b[t0 * length:(t0 + count) * length], out=out[q])
-        weights.append(pair_weight_bits(d, 0))
-    return planes, np.array(weights, np.int64)
+    a_all = torch.from_numpy(lhs.reshape(nb * m, DIGITS * length))
+    b_all = torch.from_numpy(rhs.reshape(nb, DIGITS * length, n))
+    blocks = list(diagonal_blocks())
+    for bt in range(nb):
+        a, b, rows = a_all[bt * m:(bt + 1) * m], b_all[bt], slice(bt * m, (bt + 1) * m)
+        for q, (_, s0, count, t0) in enumerate(blocks):
+            # one diagonal sum_{s+t=d} A_s B_t as one product of contiguous K-stacked blocks
+            torch._int_mm(a[:, s0 * length:(s0 + count) * length], b[t0 * length:(t0 + count) * length],
+                          out=out[q, rows])
+    return planes, np.array([pair_weight_bits(d, 0) for d, _, _, _ in blocks], np.int64)
 
 
 def _int8_stacked_rows(torch: ModuleType, lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Few rows, many columns: read each B digit plane once, A digits stacked along M."""
-    m, _, length = lhs.shape
-    n = rhs.shape[2]
-    a_by_digit = np.ascontiguousarray(lhs.transpose(1, 0, 2))  # (DIGITS, M, L)
+    nb, _, length, n = rhs.shape
+    m = lhs.shape[0] // nb
     pairs = [(s, t) for t in range(DIGITS) for s in range(DIGITS) if s + t <= MAX_DIAGONAL]
-    planes = np.empty((len(pairs), m, n), np.int32)
-    out = torch.from_numpy(planes.reshape(len(pairs) * m, n))
-    a_all = torch.from_numpy(a_by_digit.reshape(DIGITS * m, length))
-    q = 0
-    for t in range(DIGITS):
-        count = min(DIGITS - 1, MAX_DIAGONAL - t) + 1  # A digits 0..count-1 meet B digit t
-        b_t = torch.from_numpy(rhs[DIGITS - 1 - t])
-        torch._int_mm(a_all[: count * m], b_t, out=out[q * m:(q + count) * m])
-        q += count
+    planes = np.empty((len(pairs), nb * m, n), np.int32)
+    out = torch.from_numpy(planes)
+    for bt in range(nb):
+        a_by_digit = np.ascontiguousarray(lhs[bt * m:(bt + 1) * m].transpose(1, 0, 2))  # (DIGITS, M, L)
+        a_all = torch.from_numpy(a_by_digit.reshape(DIGITS * m, length))
+        # pair products land as rows (q * M ...) of `product`; with one batch that is `planes`
+        product = out.reshape(len(pairs) * m, n) if nb == 1 else torch.empty((len(pairs) * m, n), dtype=torch.int32)
+        q = 0
+        for t in range(DIGITS):
+            count = min(DIGITS - 1, MAX_DIAGONAL - t) + 1  # A digits 0..count-1 meet B digit t
+            torch._int_mm(a_all[: count * m], torch.from_numpy(rhs[bt, DIGITS - 1 - t]), out=product[q * m:(q + count) * m])
+            q += count
+        if nb > 1:
+            out[:, bt * m:(bt + 1) * m] = product.reshape(len(pairs), m, n)
     return planes, np.array([pair_weight_bits(s, t) for s, t in pairs], np.int64)
 
 
 def _grouped(lhs: Any, rhs: Any) -> tuple[list[Any], list[Any]]:
-    """Digits as float64: A's (G0, G1, a2, a3, a4), B's (H0, H1, b2, b3, b4) with G = 2^8 hi + lo."""
-    a = [lhs[:, s, :].astype(np.float64) for s in range(DIGITS)]
-    b = [rhs[DIGITS - 1 - t].astype(np.float64) for t in range(DIGITS)]
+    """Digits as float64 batches: A's (G0, G1, a2, a3, a4) (Bt, M, L), B's (H0, H1, b2, b3, b4)
+    (Bt, L, N), with G = 2^8 hi + lo."""
+    nb, _, length, _ = rhs.shape
+    lhs = lhs.reshape(nb, -1, DIGITS, length)
+    a = [lhs[:, :, s, :].astype(np.float64) for s in range(DIGITS)]
+    b = [rhs[:, DIGITS - 1 - t].astype(np.float64) for t in range(DIGITS)]
     g = [a[0] * 256.0 + a[1], a[2] * 256.0 + a[3]]  # exact: small integers
     h = [b[0] * 256.0 + b[1], b[2] * 256.0 + b[3]]
     return g + a[2:], h + b[2:]
@@ -119,8 +129,8 @@ def float64_planes(lhs: Any, rhs: Any, xp: ModuleType, engine: str) -> tuple[Any
     cat = xp.concatenate
     products = [
         (g0, h0),
-        (cat([g0, g1], axis=1), cat([h1, h0], axis=0)),
-        (cat([g0, a4, a2, a3], axis=1), cat([b4, h0, h1, b2], axis=0)),
+        (cat([g0, g1], axis=2), cat([h1, h0], axis=1)),
+        (cat([g0, a4, a2, a3], axis=2), cat([b4, h0, h1, b2], axis=1)),
     ]
     if engine == "torch":
         import torch  # noqa: PLC0415
@@ -131,4 +141,5 @@ def float64_planes(lhs: Any, rhs: Any, xp: ModuleType, engine: str) -> tuple[Any
         ])
     else:
         planes = xp.stack([xp.matmul(x, y) for x, y in products])  # exact: integer partial sums < 2^53
-    return planes, np.array([24, 8, 0], np.int64)
+    nb, m, n = planes.shape[1:]
+    return planes.reshape(len(products), nb * m, n), np.array([24, 8, 0], np.int64)

@@ -45,12 +45,11 @@ def finite_part(x: Any, xp: ModuleType) -> tuple[Any, Any]:
     return xp.where(bad, xp.float32(0), x), bad
 
 
-def scaled_integers(x: Any, shift: Any, axis: int, xp: ModuleType) -> Any:
-    """rint(x * 2^shift) as int64, shift broadcast along rows (axis=1) or columns (axis=0)."""
-    sh = shift[:, None] if axis == 1 else shift[None, :]
+def scaled_integers(x: Any, shift: Any, xp: ModuleType) -> Any:
+    """rint(x * 2^shift) as int64; `shift` broadcasts against x (per row or per column)."""
     # x is float32, so x * 2^shift is exact in float64 (|result| < 2^38, no underflow);
     # rint (nearest, ties to even) is the one truncation of the specification.
-    return xp.rint(xp.ldexp(x.astype(xp.float64), sh)).astype(xp.int64)
+    return xp.rint(xp.ldexp(x.astype(xp.float64), shift)).astype(xp.int64)
 
 
 def balanced_digits(big: Any, xp: ModuleType) -> list[Any]:
@@ -70,19 +69,20 @@ def balanced_digits(big: Any, xp: ModuleType) -> list[Any]:
 
 
 def split_lhs(a: Any, shift: Any, xp: ModuleType) -> Any:
-    """Digits of A (M, K) as int8 (M, DIGITS, K): index 1 is the digit, most significant first."""
-    digits = balanced_digits(scaled_integers(a, shift, 1, xp), xp)
+    """Digits of A (R, K), shift per row, as int8 (R, DIGITS, K): most significant first."""
+    digits = balanced_digits(scaled_integers(a, shift[:, None], xp), xp)
     return xp.stack([d.astype(xp.int8) for d in digits], axis=1)
 
 
 def split_rhs(b: Any, shift: Any, xp: ModuleType) -> Any:
-    """Digits of B (K, N) as int8 (DIGITS, K, N), *least* significant first.
+    """Digits of a batch of B (Bt, K, N), shift (Bt, N), as int8 (Bt, DIGITS, K, N).
 
-    Stored in this order, the B planes that meet A digits 0, 1, 2, ... on one diagonal
-    s + t = d are consecutive, so one diagonal is one product of contiguous blocks.
+    Least significant first: stored in this order, the B planes that meet A digits 0,
+    1, 2, ... on one diagonal s + t = d are consecutive, so one diagonal is one product
+    of contiguous blocks.
     """
-    digits = balanced_digits(scaled_integers(b, shift, 0, xp), xp)
-    return xp.stack([d.astype(xp.int8) for d in digits[::-1]], axis=0)
+    digits = balanced_digits(scaled_integers(b, shift[:, None, :], xp), xp)
+    return xp.stack([d.astype(xp.int8) for d in digits[::-1]], axis=1)
 
 
 def scale_factors(shift: Any, xp: ModuleType) -> Any:
@@ -93,6 +93,8 @@ def scale_factors(shift: Any, xp: ModuleType) -> Any:
 def combine(planes: Any, weights: list[int], row_factor: Any, col_factor: Any, xp: ModuleType,
             carry: tuple[Any, Any] | None = None) -> Any:
     """Round sum_q planes[q] * 2^weights[q] * row_factor * col_factor once to float32.
+
+    The factors broadcast against planes[q] (e.g. (Bt, M, 1) and (Bt, 1, N)).
 
     `planes` holds exact integers (int32, int64 or integer-valued float64). The sum is
     formed exactly as hi * 2^24 + lo in int64, converted to float64 by rounding to odd,
@@ -133,7 +135,7 @@ def round_hi_lo(hi: Any, lo: Any, row_factor: Any, col_factor: Any, xp: ModuleTy
     step = xp.where((total > 0) == (err > 0), 1, -1).astype(xp.int64)
     bits = xp.where(inexact_even, bits + step, bits)  # round to odd: move to the odd neighbour
     total = bits.view(xp.float64)
-    scaled = total * row_factor[:, None] * col_factor[None, :]  # exact: powers of two, in range
+    scaled = total * row_factor * col_factor  # exact: powers of two, in range
     with np.errstate(over="ignore"):
         return scaled.astype(xp.float32)
 

@@ -59,11 +59,13 @@ KERNELS = ("numba", "array")
 
 @dataclass
 class _Operand:
-    """One side of a 2-D product, split into digits per K chunk.
+    """One side of a batch of products, split into digits per K chunk.
 
-    `values` is the original float32 matrix (for the non-finite outputs); `shift` the
-    exponent shift per row (A) or column (B); `nonfinite` marks rows or columns that
-    hold inf or NaN; `chunks` the int8 digits of each K chunk.
+    A's side holds the rows of all Bt products stacked, (Bt * M, K); B's side the
+    batch, (Bt, K, N). `values` is the original float32 data (for the non-finite
+    outputs), `shift` the exponent shift per row of A, (Bt * M,), or per column of B,
+    (Bt, N); `nonfinite` marks those rows or columns that hold inf or NaN; `chunks`
+    the int8 digits of each K chunk.
     """
 
     values: Any
@@ -92,7 +94,9 @@ def _chunk_bounds(k: int) -> list[tuple[int, int]]:
 def _abs_max(x: Any, axis: int, xp: ModuleType) -> Any:
     """Largest |x| along an axis (exact, order-free); 0 along an empty axis."""
     if x.shape[axis] == 0:
-        return xp.zeros(x.shape[1 - axis], xp.float32)
+        shape = list(x.shape)
+        del shape[axis]
+        return xp.zeros(tuple(shape), xp.float32)
     return xp.abs(x).max(axis=axis)
 
 
@@ -104,7 +108,10 @@ def _cpu_kernels(elements: int):
 
 
 def _prepare_lhs(a: Any, xp: ModuleType, kernels: str) -> _Operand:
+    """A's rows (R, K) split into digits."""
     m, k = a.shape
+    if a.size == 0:  # nothing to split; the product is empty or all zeros
+        return _Operand(a, xp.zeros(m, xp.int32), xp.zeros(m, bool))
     if kernels == "numba":
         run = _cpu_kernels(m * k)
         a = np.ascontiguousarray(a)
@@ -124,23 +131,26 @@ def _prepare_lhs(a: Any, xp: ModuleType, kernels: str) -> _Operand:
 
 
 def _prepare_rhs(b: Any, xp: ModuleType, kernels: str) -> _Operand:
-    k, n = b.shape
+    """A batch of B (Bt, K, N) split into digits, per column of each product."""
+    nb, k, n = b.shape
+    if b.size == 0:  # nothing to split; the product is empty or all zeros
+        return _Operand(b, xp.zeros((nb, n), xp.int32), xp.zeros((nb, n), bool))
     if kernels == "numba":
-        run = _cpu_kernels(k * n)
+        run = _cpu_kernels(nb * k * n)
         b = np.ascontiguousarray(b)
-        shift = np.empty(n, np.int32)
-        nonfinite = np.empty(n, np.bool_)
+        shift = np.empty((nb, n), np.int32)
+        nonfinite = np.empty((nb, n), np.bool_)
         run.col_shifts(b.view(np.int32), shift, nonfinite)
         chunks = []
         for k0, k1 in _chunk_bounds(k):
-            out = np.empty((spec.DIGITS, k1 - k0, n), np.int8)
+            out = np.empty((nb, spec.DIGITS, k1 - k0, n), np.int8)
             run.split_cols(b, shift, k0, out)
             chunks.append(out)
         return _Operand(b, shift, nonfinite, chunks)
     finite, bad = spec.finite_part(b, xp)
-    shift = spec.exponent_shift(_abs_max(finite, 0, xp), xp)
-    chunks = [spec.split_rhs(finite[k0:k1], shift, xp) for k0, k1 in _chunk_bounds(k)]
-    return _Operand(b, shift, bad.any(axis=0), chunks)
+    shift = spec.exponent_shift(_abs_max(finite, 1, xp), xp)
+    chunks = [spec.split_rhs(finite[:, k0:k1], shift, xp) for k0, k1 in _chunk_bounds(k)]
+    return _Operand(b, shift, bad.any(axis=1), chunks)
 
 
 def _select_engine(engine: str, xp: ModuleType) -> str:
@@ -167,11 +177,13 @@ def _select_kernels(kernels: str, xp: ModuleType) -> str:
     return kernels
 
 
-def _product_2d(lhs: _Operand, rhs: _Operand, xp: ModuleType, engine: str, kernels: str) -> Any:
-    m, k = lhs.values.shape
-    n = rhs.values.shape[1]
-    if m == 0 or n == 0 or k == 0:
-        return xp.zeros((m, n), xp.float32)
+def _products(lhs: _Operand, rhs: _Operand, xp: ModuleType, engine: str, kernels: str) -> Any:
+    """The Bt products of stacked A rows (Bt * M, K) and B (Bt, K, N), as (Bt * M, N)."""
+    rows, k = lhs.values.shape
+    nb, _, n = rhs.values.shape
+    m = rows // nb if nb else 0
+    if rows == 0 or n == 0 or k == 0:
+        return xp.zeros((rows, n), xp.float32)
     row_factor = spec.scale_factors(lhs.shift, xp)
     col_factor = spec.scale_factors(rhs.shift, xp)
     carry = None
@@ -182,26 +194,41 @@ def _product_2d(lhs: _Operand, rhs: _Operand, xp: ModuleType, engine: str, kerne
         else:
             planes, weights = float64_planes(a_digits, b_digits, xp, engine)
         if kernels == "numba":
+            run = _cpu_kernels(rows * n * len(weights))
             if c < last:
                 if carry is None:
-                    carry = (np.zeros((m, n), np.int64), np.zeros((m, n), np.int64))
-                _cpu_kernels(m * n * len(weights)).accumulate(planes, weights, *carry)
+                    carry = (np.zeros((rows, n), np.int64), np.zeros((rows, n), np.int64))
+                run.accumulate(planes, weights, *carry)
                 continue
-            out = np.empty((m, n), np.float32)
+            out = np.empty((rows, n), np.float32)
             hi, lo = carry if carry is not None else (np.empty((0, 0), np.int64),) * 2
-            _cpu_kernels(m * n * len(weights)).combine(planes, weights, row_factor, col_factor, hi, lo, out)
+            run.combine(planes, weights, row_factor, col_factor, hi, lo, out)
         elif c < last:
             carry = spec.accumulate(planes, [int(w) for w in weights], xp, carry)
             continue
         else:
-            out = spec.combine(planes, [int(w) for w in weights], row_factor, col_factor, xp, carry)
-    if bool(lhs.nonfinite.any()):
-        rows = xp.nonzero(lhs.nonfinite)[0]
-        out[rows] = spec.nonfinite_block(lhs.values[rows], rhs.values, xp)
-    if bool(rhs.nonfinite.any()):
-        cols = xp.nonzero(rhs.nonfinite)[0]
-        out[:, cols] = spec.nonfinite_block(lhs.values, rhs.values[:, cols], xp)
+            by_batch = planes.reshape(planes.shape[0], nb, m, n)
+            if carry is not None:
+                carry = tuple(x.reshape(nb, m, n) for x in carry)
+            out = spec.combine(by_batch, [int(w) for w in weights], row_factor.reshape(nb, m, 1),
+                               col_factor.reshape(nb, 1, n), xp, carry).reshape(rows, n)
+    _overwrite_nonfinite(out, lhs, rhs, m, xp)
     return out
+
+
+def _overwrite_nonfinite(out: Any, lhs: _Operand, rhs: _Operand, m: int, xp: ModuleType) -> None:
+    """Outputs in rows or columns that hold inf/NaN: the IEEE result, per product."""
+    bad_rows = lhs.nonfinite.reshape(-1, m).any(axis=1)
+    bad_batches = xp.nonzero(bad_rows | rhs.nonfinite.any(axis=1))[0]
+    for bt in bad_batches.tolist():
+        block = out[bt * m:(bt + 1) * m]
+        a, b = lhs.values[bt * m:(bt + 1) * m], rhs.values[bt]
+        if bool(bad_rows[bt]):
+            rows = xp.nonzero(lhs.nonfinite[bt * m:(bt + 1) * m])[0]
+            block[rows] = spec.nonfinite_block(a[rows], b, xp)
+        if bool(rhs.nonfinite[bt].any()):
+            cols = xp.nonzero(rhs.nonfinite[bt])[0]
+            block[:, cols] = spec.nonfinite_block(a, b[:, cols], xp)
 
 
 def _check_operand(name: str, x: Any) -> None:
@@ -221,7 +248,7 @@ def prepare_b(b: Any, transpose_b: bool = False, *, kernels: str = "auto") -> Pr
     if transpose_b:
         b = b.T
     kernels = _select_kernels(kernels, xp)
-    return PreparedB(tuple(b.shape), _prepare_rhs(b, xp, kernels), xp, kernels)
+    return PreparedB(tuple(b.shape), _prepare_rhs(b[None], xp, kernels), xp, kernels)
 
 
 def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False, *,
@@ -262,36 +289,17 @@ def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False,
         raise OpError(f"matmul: batch axes do not broadcast: {tuple(a.shape)} @ {b_shape}") from None
     engine = _select_engine(engine, xp)
     kernels = _select_kernels(kernels, xp)
+    count = math.prod(batch)
 
     if len(b_shape) == 2 and tuple(a.shape[:-2]) == batch:
         # rows are independent: a batch over one B is one product with stacked rows
-        rhs = prepared.operand if prepared else _prepare_rhs(b, xp, kernels)
-        lhs = _prepare_lhs(a.reshape(math.prod(batch) * m, k), xp, kernels)
-        return _product_2d(lhs, rhs, xp, engine, kernels).reshape(batch + (m, n))
-
-    a_b = xp.broadcast_to(a, batch + (m, k)) if batch else a
-    b_b = xp.broadcast_to(b, batch + (k, n)) if batch else b
-    out = xp.empty(batch + (m, n), xp.float32)
-    lhs_memo: dict[tuple, _Operand] = {}
-    rhs_memo: dict[tuple, _Operand] = {}
-    a_lead = a.shape[:-2]
-    b_lead = b.shape[:-2]
-    for idx in np.ndindex(*batch):
-        # an operand broadcast along the batch is split once
-        ia = _own_index(idx, a_lead)
-        ib = _own_index(idx, b_lead)
-        if ia not in lhs_memo:
-            lhs_memo[ia] = _prepare_lhs(a_b[idx], xp, kernels)
-        if ib not in rhs_memo:
-            rhs_memo[ib] = _prepare_rhs(b_b[idx], xp, kernels)
-        out[idx] = _product_2d(lhs_memo[ia], rhs_memo[ib], xp, engine, kernels)
-    return out
-
-
-def _own_index(idx: tuple[int, ...], lead: tuple[int, ...]) -> tuple[int, ...]:
-    """The index into an operand's own batch axes for one broadcast batch index."""
-    tail = idx[len(idx) - len(lead):] if lead else ()
-    return tuple(0 if size == 1 else i for i, size in zip(tail, lead))
+        rhs = prepared.operand if prepared else _prepare_rhs(b[None], xp, kernels)
+        lhs = _prepare_lhs(a.reshape(count * m, k), xp, kernels)
+    else:
+        # every product of the batch at once: A's rows stacked, B's batch kept
+        lhs = _prepare_lhs(xp.broadcast_to(a, batch + (m, k)).reshape(count * m, k), xp, kernels)
+        rhs = _prepare_rhs(xp.broadcast_to(b, batch + (k, n)).reshape(count, k, n), xp, kernels)
+    return _products(lhs, rhs, xp, engine, kernels).reshape(batch + (m, n))
 
 
 def matmul_forward(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False) -> Any:

@@ -196,12 +196,18 @@ def test_wide_exponent_ranges_match_the_reference():
 # --- one result whatever computes it ----------------------------------------------------
 
 
-@pytest.mark.parametrize("shape", [(33, 70, 17), (8, 40, 300), (5, 16384 + 37, 6)])
-def test_engines_and_kernels_give_identical_bits(shape):
-    m, k, n = shape
-    rng = np.random.default_rng(m + k + n)
-    a = normal(rng, m, k) * np.float32(2.0) ** rng.integers(-20, 20, (m, 1)).astype(np.float32)
-    b = normal(rng, k, n)
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((33, 70), (70, 17)),
+    ((8, 40), (40, 300)),  # few rows: B's digit planes are read once each
+    ((5, 16384 + 37), (16384 + 37, 6)),  # two K chunks
+    ((3, 9, 30), (3, 30, 50)),  # a batch of few-row products
+    ((2, 1, 20, 30), (4, 30, 11)),  # broadcast batch
+])
+def test_engines_and_kernels_give_identical_bits(a_shape, b_shape):
+    rng = np.random.default_rng(sum(a_shape) + sum(b_shape))
+    a = normal(rng, *a_shape) * np.float32(2.0) ** rng.integers(-20, 20, a_shape[:-1] + (1,)).astype(np.float32)
+    b = normal(rng, *b_shape)
+    a.reshape(-1)[::97] = np.float32(0.0)
     want = matmul(a, b, engine="float64", kernels="array")
     for engine in ENGINES:
         for kernels in KERNELS:
@@ -275,6 +281,10 @@ def test_empty_dimensions():
     assert matmul(np.ones((0, 5), np.float32), np.ones((5, 4), np.float32)).shape == (0, 4)
     assert matmul(np.ones((3, 5), np.float32), np.ones((5, 0), np.float32)).shape == (3, 0)
     assert matmul(np.ones((0, 3, 5), np.float32), np.ones((5, 2), np.float32)).shape == (0, 3, 2)
+    assert matmul(np.ones((0, 3, 5), np.float32), np.ones((0, 5, 2), np.float32)).shape == (0, 3, 2)
+    assert matmul(np.ones((2, 3, 5), np.float32), np.ones((1, 5, 0), np.float32)).shape == (2, 3, 0)
+    z = matmul(np.ones((2, 3, 0), np.float32), np.ones((2, 0, 4), np.float32), kernels="array")
+    assert z.shape == (2, 3, 4) and not z.any()
 
 
 @pytest.mark.parametrize("a, b", [
@@ -331,6 +341,20 @@ def test_nonfinite_entries_only_touch_their_row_and_column():
         assert got[1, 2] == from_a * np.inf
     else:
         assert np.isnan(got[1, 2])
+
+
+def test_nonfinite_entries_in_a_batch_stay_in_their_product():
+    rng = np.random.default_rng(13)
+    a, b = normal(rng, 4, 6, 10), normal(rng, 4, 10, 7)
+    a[1, 2, 3] = np.nan
+    b[3, 4, 5] = np.inf
+    for kernels in KERNELS:
+        got = matmul(a, b, kernels=kernels)
+        for i in range(4):
+            want = reference_matmul(a[i], b[i])
+            assert np.array_equal(np.isnan(got[i]), np.isnan(want))
+            assert np.array_equal(bits(got[i])[~np.isnan(want)], bits(want)[~np.isnan(want)])
+        assert np.isnan(got[1, 2]).all() and np.isfinite(got[0]).all() and np.isfinite(got[2]).all()
 
 
 def test_ieee_rules_for_inf_and_zero():
