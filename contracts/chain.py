@@ -93,6 +93,11 @@ class Chain(ABC):
         """Executes a read-only call on the latest block; raises RevertData when it reverts."""
 
     @abstractmethod
+    def estimate_gas(self, sender: str, to: str | None, data: bytes, *, value: int = 0) -> int:
+        """The gas limit the node says this transaction needs now (one extra execution; not used
+        on the transaction path, which always names its limit)."""
+
+    @abstractmethod
     def balance(self, account: str) -> int:
         """Native balance in wei."""
 
@@ -180,6 +185,17 @@ class EmbeddedChain(Chain):
         tx = {"from": sender or self.accounts[0], "to": to, "data": "0x" + data.hex(), "gas": 30_000_000}
         try:
             return _hex_bytes(self.tester.call(tx, "latest"))
+        except TransactionFailed as failure:
+            raise RevertData(_tester_revert_bytes(failure)) from None
+
+    def estimate_gas(self, sender: str, to: str | None, data: bytes, *, value: int = 0) -> int:
+        from eth_tester.exceptions import TransactionFailed
+
+        tx: dict[str, Any] = {"from": sender, "value": value, "data": "0x" + data.hex()}
+        if to is not None:
+            tx["to"] = to
+        try:
+            return self.tester.estimate_gas(tx)
         except TransactionFailed as failure:
             raise RevertData(_tester_revert_bytes(failure)) from None
 
@@ -399,6 +415,12 @@ class RpcChain(Chain):
             tx_hash=_hex_bytes(entry["transactionHash"]),
             log_index=_int(entry["logIndex"]),
         )
+
+    def estimate_gas(self, sender: str, to: str | None, data: bytes, *, value: int = 0) -> int:
+        tx: dict[str, Any] = {"from": sender, "value": hex(value), "data": "0x" + data.hex()}
+        if to is not None:
+            tx["to"] = to
+        return _int(self.rpc("eth_estimateGas", tx))
 
     def balance(self, account: str) -> int:
         return _int(self.rpc("eth_getBalance", account, "latest"))

@@ -1,0 +1,186 @@
+"""Benchmark of the settlement contract's client: median wall time per transaction and per read on
+each back-end (the embedded EVM; anvil when installed), and the gas each operation uses.
+
+    python scripts/bench_settlement.py [--rounds 10] [--no-anvil]
+
+Each round plays one job's life: open, two seats, two commitments, a provider dispute ruled
+and an auditor dispute lapsed, settlement, withdrawal, stake top-up, and one node's
+register / unbond / exit. "gas used" is the median over rounds from the receipts; "gas
+needed" is the largest eth_estimateGas answer seen (what a transaction needs up front, more
+than it uses when storage refunds apply); "limit" is what the client sends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import statistics
+import time
+from collections import defaultdict
+
+from contracts import (
+    ETHER,
+    GAS_LIMITS,
+    AnvilProcess,
+    DisputeOpened,
+    EmbeddedChain,
+    Outcome,
+    Role,
+    RpcChain,
+    Settlement,
+    find_anvil,
+)
+from contracts.chain import Chain
+
+RULING_PERIOD = 30
+UNBONDING_DELAY = 100
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.seconds: dict[str, list[float]] = defaultdict(list)
+        self.gas: dict[str, list[int]] = defaultdict(list)
+        self.needed: dict[str, int] = defaultdict(int)
+
+    def tx(self, name: str, call):
+        start = time.perf_counter()
+        result = call()
+        self.seconds[name].append(time.perf_counter() - start)
+        self.gas[name].append(result.gas_used)
+        return result
+
+    def read(self, name: str, call):
+        start = time.perf_counter()
+        value = call()
+        self.seconds[name].append(time.perf_counter() - start)
+        return value
+
+
+def _estimating(chain: Chain, settlement: Settlement, recorder: Recorder):
+    """Wraps chain.transact so that every transaction is estimated first (gas round only)."""
+    names = {f.selector: f.name for f in settlement.abi.functions.values()}
+    plain = chain.transact
+
+    def transact(sender, to, data, *, value=0, gas):
+        if to == settlement.address:
+            name = names[data[:4]]
+            recorder.needed[name] = max(recorder.needed[name], chain.estimate_gas(sender, to, data, value=value))
+        return plain(sender, to, data, value=value, gas=gas)
+
+    return transact
+
+
+def play_round(s: Settlement, chain: Chain, accounts: list[str], i: int, rec: Recorder) -> None:
+    client, p1, p2, auditor, leaver = accounts[1:6]
+    job = hashlib.sha256(b"bench job %d" % i).digest()
+    now = chain.now()
+    rec.tx("openJob", lambda: s.connect(client).open_job(
+        job, price=2 * ETHER + 1, providers_wanted=2, provider_stake=ETHER,
+        accept_by=now + 100, commit_by=now + 200, challenge_by=now + 300, ruling_period=RULING_PERIOD))
+    rec.tx("accept", lambda: s.connect(p1).accept(job))
+    rec.tx("accept", lambda: s.connect(p2).accept(job))
+    rec.tx("commit", lambda: s.connect(p1).commit(job, b"\x01" * 32))
+    rec.tx("commit", lambda: s.connect(p2).commit(job, b"\x02" * 32))
+    provider_dispute = rec.tx("openDispute", lambda: s.connect(p1).open_dispute(job, p2)).one(DisputeOpened)
+    audit = rec.tx("openDispute", lambda: s.connect(auditor).open_dispute(job, p1)).one(DisputeOpened)
+    rec.tx("rule", lambda: s.connect(client).rule(provider_dispute.dispute_id, Outcome.CHALLENGER_WINS,
+                                                  step=3, node=42, transcript_hash=b"\x0a" * 32))
+    rec.read("read getJob", lambda: s.job(job))
+    rec.read("read getNode", lambda: s.node(p1))
+    rec.read("read getDispute", lambda: s.dispute(audit.dispute_id))
+    rec.read("read creditOf", lambda: s.credit_of(p1))
+    chain.advance_time(RULING_PERIOD)
+    rec.tx("lapse", lambda: s.lapse(audit.dispute_id))
+    chain.advance_time(300)
+    rec.tx("settle", lambda: s.settle(job))
+    rec.tx("withdraw", lambda: s.connect(p1).withdraw())
+    rec.tx("addStake", lambda: s.connect(p2).add_stake(ETHER))
+
+    rec.tx("register", lambda: s.connect(leaver).register(b"\x05" * 32, Role.PROVIDER, stake=ETHER))
+    rec.tx("beginUnbonding", lambda: s.connect(leaver).begin_unbonding())
+    rec.tx("cancelUnbonding", lambda: s.connect(leaver).cancel_unbonding())
+    rec.tx("beginUnbonding", lambda: s.connect(leaver).begin_unbonding())
+    chain.advance_time(UNBONDING_DELAY)
+    rec.tx("completeUnbonding", lambda: s.connect(leaver).complete_unbonding())
+    rec.tx("withdraw", lambda: s.connect(leaver).withdraw())
+
+
+def bench(chain: Chain, rounds: int) -> Recorder:
+    accounts = chain.accounts
+    s = Settlement.deploy(chain, unbonding_delay=UNBONDING_DELAY, min_stake=ETHER)
+    for account, roles in ((accounts[2], Role.PROVIDER), (accounts[3], Role.PROVIDER), (accounts[4], Role.AUDITOR)):
+        s.connect(account).register(account.encode()[:32].ljust(32, b"\0"), roles, stake=10 * ETHER)
+    timing = Recorder()
+    gas_round = Recorder()
+    chain.transact = _estimating(chain, s, gas_round)  # type: ignore[method-assign]
+    play_round(s, chain, accounts, -1, gas_round)
+    del chain.transact
+    for i in range(rounds):
+        play_round(s, chain, accounts, i, timing)
+    timing.needed = gas_round.needed
+    return timing
+
+
+def worst_settle(chain: Chain) -> tuple[int, int]:
+    """Gas used and needed by settle with MAX_PROVIDERS seats, each paid into a fresh credit slot."""
+    s = Settlement.deploy(chain, min_stake=ETHER)
+    now = chain.now()
+    job = b"\x77" * 32
+    s.open_job(job, price=16 * ETHER, providers_wanted=16, provider_stake=ETHER,
+               accept_by=now + 200, commit_by=now + 400, challenge_by=now + 600, ruling_period=10)
+    seats = [chain.new_account(3 * ETHER) for _ in range(16)]
+    for i, account in enumerate(seats):
+        s.connect(account).register(bytes([i + 1]) * 32, Role.PROVIDER, stake=ETHER)
+        s.connect(account).accept(job)
+    for account in seats:
+        s.connect(account).commit(job, b"\x01" * 32)
+    chain.advance_time(600)
+    needed = chain.estimate_gas(chain.accounts[0], s.address, s.abi.encode_call("settle", job))
+    return s.settle(job).gas_used, needed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--no-anvil", action="store_true")
+    args = parser.parse_args()
+
+    results: dict[str, Recorder] = {}
+    embedded = EmbeddedChain()
+    results["embedded"] = bench(embedded, args.rounds)
+    worst = worst_settle(EmbeddedChain())
+    anvil_note = ""
+    if not args.no_anvil and find_anvil():
+        with AnvilProcess() as anvil:
+            results["anvil"] = bench(RpcChain(anvil.url), args.rounds)
+    elif not args.no_anvil:
+        anvil_note = "  (anvil not installed: `npm install` at the repository root)"
+
+    backends = list(results)
+    first = results[backends[0]]
+    tx_names = [n for n in first.gas]
+    read_names = [n for n in first.seconds if n.startswith("read ")]
+    header = f"{'operation':<20}{'gas used':>11}{'gas needed':>12}{'limit':>11}" + "".join(
+        f"{b + ' ms':>13}" for b in backends)
+    print(f"settlement bench: {args.rounds} rounds per back-end, median wall time per call{anvil_note}")
+    print(header)
+    print("-" * len(header))
+    for name in tx_names:
+        gas = int(statistics.median(first.gas[name]))
+        row = f"{name:<20}{gas:>11,}{first.needed.get(name, 0):>12,}{GAS_LIMITS[name]:>11,}"
+        row += "".join(f"{statistics.median(results[b].seconds[name]) * 1e3:>13.2f}" for b in backends)
+        print(row)
+    for name in read_names:
+        row = f"{name:<20}{'':>11}{'':>12}{'':>11}"
+        row += "".join(f"{statistics.median(results[b].seconds[name]) * 1e3:>13.2f}" for b in backends)
+        print(row)
+    all_tx = {b: statistics.median([t for n in tx_names for t in results[b].seconds[n]]) for b in backends}
+    all_read = {b: statistics.median([t for n in read_names for t in results[b].seconds[n]]) for b in backends}
+    print(f"{'any transaction':<54}" + "".join(f"{all_tx[b] * 1e3:>13.2f}" for b in backends))
+    print(f"{'any read':<54}" + "".join(f"{all_read[b] * 1e3:>13.2f}" for b in backends))
+    print(f"settle, 16 seats all paid (worst case): gas used {worst[0]:,}, needed {worst[1]:,}, "
+          f"limit {GAS_LIMITS['settle']:,}")
+
+
+if __name__ == "__main__":
+    main()
