@@ -368,8 +368,23 @@ class NodeHost:
         finally:
             if self.gossip is not None:
                 self.gossip._attach(None)
+            await self._close_swarm()
             self._running = False
             self._stopped.set()
+
+    async def _close_swarm(self) -> None:
+        # Leaving libp2p's run() by cancellation skips the swarm's own clean-up and
+        # leaves the TCP listening socket open (SO_REUSEPORT): the kernel keeps
+        # accepting on it, and a host restarted on the same port shares incoming
+        # dials with the dead socket. Close it ourselves (idempotent).
+        if self.libp2p is None:
+            return
+        with trio.move_on_after(2) as scope:
+            scope.shield = True
+            try:
+                await self.libp2p.get_network().close()
+            except Exception as error:  # clean-up must not mask why we stopped
+                log.debug("closing the swarm: %r", error)
 
     async def aclose(self) -> None:
         """Stop the host and wait (bounded) until it has shut down. Safe to call twice."""

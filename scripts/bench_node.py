@@ -1,0 +1,180 @@
+"""Benchmarks of the node's network layer on loopback: dial, request round trip, blob transfer.
+
+    python scripts/bench_node.py              # 64 MiB blob, best of 3
+    python scripts/bench_node.py --quick      # 8 MiB, for a smoke run
+
+Blob transfer (libp2p: Noise + Yamux, 256 KiB chunks each verified against its hash and
+written to disk) is compared with a plain TCP copy of the same bytes between two trio
+sockets, measured in the same run, so the ratio means something on a noisy machine.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+from node.blobs import BlobService, BlobStore
+from node.host import open_host
+from node.logs import configure_logging
+
+ECHO = "/gavel-bench/echo/1"
+
+
+def report(name: str, value: float, unit: str, detail: str = "") -> None:
+    print(f"{name:<44} {value:>12,.2f} {unit:<8} {detail}", flush=True)
+
+
+async def _echo(peer, request: bytes) -> bytes:
+    await trio.lowlevel.checkpoint()
+    return request
+
+
+async def bench_dial_and_requests(dials: int, requests: int) -> None:
+    async with open_host(os.urandom(32)) as a, open_host(os.urandom(32)) as b:
+        a.handle_requests(ECHO, _echo)
+        times = []
+        for _ in range(dials):
+            start = time.perf_counter()
+            await b.connect(a.listen_addrs[0])
+            times.append(time.perf_counter() - start)
+            await b.disconnect(a.peer_id)
+            with trio.fail_after(5):
+                while b.is_connected(a.peer_id) or a.is_connected(b.peer_id):
+                    await trio.sleep(0.01)
+        report("dial (TCP + Noise + Yamux), median", statistics.median(times) * 1e3, "ms", f"of {dials}, max {max(times) * 1e3:.1f} ms")
+        await b.connect(a.listen_addrs[0])
+
+        times = []
+        for i in range(requests // 4):
+            start = time.perf_counter()
+            await b.request(a.peer_id, ECHO, b"x" * 64)
+            times.append(time.perf_counter() - start)
+        report("request, new stream each, median", statistics.median(times) * 1e3, "ms", f"of {len(times)}")
+
+        times = []
+        async with await b.open_channel(a.peer_id, ECHO) as channel:
+            for i in range(requests):
+                start = time.perf_counter()
+                await channel.request(b"x" * 64)
+                times.append(time.perf_counter() - start)
+        report("request, kept stream, median", statistics.median(times) * 1e3, "ms", f"of {len(times)}")
+
+
+async def raw_tcp_copy(data: bytes) -> float:
+    """Seconds to move ``data`` over one loopback TCP connection between trio sockets."""
+    done = trio.Event()
+    received = 0
+
+    async def server(stream: trio.SocketStream) -> None:
+        nonlocal received
+        async with stream:
+            while received < len(data):
+                chunk = await stream.receive_some(256 * 1024)
+                if not chunk:
+                    break
+                received += len(chunk)
+        done.set()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, server, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        view = memoryview(data)
+        start = time.perf_counter()
+        async with await trio.open_tcp_stream("127.0.0.1", port) as client:
+            for i in range(0, len(data), 256 * 1024):
+                await client.send_all(view[i : i + 256 * 1024])
+            with trio.fail_after(60):
+                await done.wait()
+        seconds = time.perf_counter() - start
+        nursery.cancel_scope.cancel()
+    assert received == len(data)
+    return seconds
+
+
+BULK = "/gavel-bench/bulk/1"
+
+
+async def libp2p_stream_copy(a, b, data: bytes) -> float:
+    """Seconds to move ``data`` over one libp2p stream, no framing, hashing or disk:
+    the ceiling the blob protocol runs under."""
+    done = trio.Event()
+
+    async def sink(stream) -> None:
+        got = 0
+        try:
+            while got < len(data):
+                got += len(await stream.read(1 << 20))
+        finally:
+            done.set()
+            await stream.close()
+
+    a.libp2p.set_stream_handler(BULK, sink)
+    stream = await b.libp2p.new_stream(a.peer_id, [BULK])
+    view = memoryview(data)
+    start = time.perf_counter()
+    for i in range(0, len(data), 256 * 1024):
+        await stream.write(bytes(view[i : i + 256 * 1024]))
+    with trio.fail_after(60):
+        await done.wait()
+    seconds = time.perf_counter() - start
+    await stream.close()
+    return seconds
+
+
+async def bench_blob(size: int, rounds: int) -> None:
+    data = os.urandom(size)
+    with tempfile.TemporaryDirectory() as tmp:
+        async with open_host(os.urandom(32)) as a, open_host(os.urandom(32)) as b:
+            server = BlobService(BlobStore(Path(tmp) / "server"), a)
+            blob_id = await server.store.put(data)
+            await b.connect(a.listen_addrs[0])
+            blob_times, tcp_times, stream_times = [], [], []
+            for r in range(rounds):
+                client = BlobService(BlobStore(Path(tmp) / f"client{r}"), b)
+                start = time.perf_counter()
+                path = await client.fetch(a.peer_id, blob_id)
+                blob_times.append(time.perf_counter() - start)
+                assert path.stat().st_size == size
+                tcp_times.append(await raw_tcp_copy(data))
+                stream_times.append(await libp2p_stream_copy(a, b, data))
+    mib = size / 2**20
+    blob_rate = size / min(blob_times) / 1e6
+    tcp_rate = size / min(tcp_times) / 1e6
+    stream_rate = size / min(stream_times) / 1e6
+    report("blob fetch, verified, to disk", blob_rate, "MB/s", f"{mib:.0f} MiB, best of {rounds}")
+    report("raw TCP copy, trio sockets, same bytes", tcp_rate, "MB/s", f"{mib:.0f} MiB, best of {rounds}")
+    report("libp2p stream copy (Noise+Yamux), no checks", stream_rate, "MB/s", f"{mib:.0f} MiB, best of {rounds}")
+    report("blob fetch / raw TCP", blob_rate / tcp_rate * 100, "%")
+    report("blob fetch / libp2p stream copy", blob_rate / stream_rate * 100, "%")
+
+
+async def main_async(args) -> None:
+    await bench_dial_and_requests(args.dials, args.requests)
+    await bench_blob(args.size_mib * 2**20, args.rounds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--size-mib", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dials", type=int, default=20)
+    parser.add_argument("--requests", type=int, default=400)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.size_mib, args.rounds, args.dials, args.requests = 8, 2, 5, 100
+    configure_logging("warning")
+    print(f"python {sys.version.split()[0]}, trio {trio.__version__}, {os.cpu_count()} CPUs", flush=True)
+    trio.run(main_async, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
