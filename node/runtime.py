@@ -65,6 +65,7 @@ class Node:
         self.storage: Storage | None = None
         self.blobs: BlobService | None = None
         self.metrics_addr: tuple[str, int] | None = None
+        self.record_interval = PEER_RECORD_INTERVAL
 
     @property
     def peer_id(self):
@@ -113,7 +114,7 @@ class Node:
         storage = self.storage
         assert storage is not None
         while True:
-            await trio.sleep(PEER_RECORD_INTERVAL)
+            await trio.sleep(self.record_interval)
             peerstore = self.host.libp2p.get_peerstore()
             for peer in self.host.connected_peers():
                 try:
