@@ -323,18 +323,14 @@ class RpcChain(Chain):
     def _send_signed(self, sender: str, to: str | None, data: bytes, value: int, gas: int) -> str:
         if sender not in self._nonces:
             self._nonces[sender] = _int(self.rpc("eth_getTransactionCount", sender, "pending"))
-        tip = _int(self.rpc("eth_maxPriorityFeePerGas"))
-        base_fee = _int(self.rpc("eth_getBlockByNumber", "latest", False).get("baseFeePerGas", "0x0"))
-        fields = {
-            "type": 2,
-            "chainId": self.chain_id,
-            "nonce": self._nonces[sender],
-            "gas": gas,
-            "maxPriorityFeePerGas": tip,
-            "maxFeePerGas": 2 * base_fee + tip,
-            "value": value,
-            "data": data,
-        }
+        fields: dict[str, Any] = {"chainId": self.chain_id, "nonce": self._nonces[sender], "gas": gas,
+                                  "value": value, "data": data}
+        base_fee = self.rpc("eth_getBlockByNumber", "latest", False).get("baseFeePerGas")
+        if base_fee is None:  # a chain without EIP-1559: legacy pricing
+            fields["gasPrice"] = _int(self.rpc("eth_gasPrice"))
+        else:
+            tip = _int(self.rpc("eth_maxPriorityFeePerGas"))
+            fields.update(type=2, maxPriorityFeePerGas=tip, maxFeePerGas=2 * _int(base_fee) + tip)
         if to is not None:
             fields["to"] = to
         signed = self._keys[sender].sign_transaction(fields)

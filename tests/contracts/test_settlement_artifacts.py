@@ -56,3 +56,12 @@ def test_recompiling_the_source_gives_the_committed_artifacts(tmp_path):
     for name in rebuilt:
         assert json.loads((tmp_path / name).read_text()) == json.loads((ARTIFACT_DIR / name).read_text()), (
             f"{name} drifted from the source: run `node scripts/build_contracts.mjs`")
+
+
+def test_every_custom_error_is_provoked_by_some_test():
+    """Each guard of the contract has a test that triggers it (names the error in a revert check)."""
+    errors = {item["name"] for item in load_artifact("GavelSettlement").abi if item["type"] == "error"}
+    tests = "".join(p.read_text() for p in Path(__file__).parent.glob("test_settlement_*.py")
+                    if p.name != Path(__file__).name)
+    untested = sorted(name for name in errors if f'"{name}"' not in tests)
+    assert not untested, f"no test provokes: {untested}"

@@ -55,7 +55,7 @@ def test_open_job_escrows_the_price(world):
     jid = job_id("job")
     assert result.events == (
         JobOpened(jid, world.client, world.client, PRICE, PROVIDER_STAKE, 2,
-                  now + 1 + ACCEPT_WINDOW - 1, now + COMMIT_WINDOW, now + CHALLENGE_WINDOW, RULING_PERIOD),
+                  now + ACCEPT_WINDOW, now + COMMIT_WINDOW, now + CHALLENGE_WINDOW, RULING_PERIOD),
     )
     job = world.settlement.job(jid)
     assert (job.client, job.referee, job.price, job.status) == (world.client, world.client, PRICE, JobStatus.OPEN)
