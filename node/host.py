@@ -21,6 +21,7 @@ or ``async with open_host(seed, ...) as host:``.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -184,7 +185,8 @@ class Gossip:
         self._pubsub.set_topic_validator(topic, libp2p_validator, is_async_validator=False)
 
     async def subscribe(self, topic: str, handler: GossipHandler, *, deliver_own: bool = False) -> None:
-        """Deliver every valid message on ``topic`` to ``handler``, in arrival order."""
+        """Deliver every valid message on ``topic`` to ``handler``, one at a time, in the
+        order libp2p hands them over (not necessarily publication order)."""
         if self._nursery is None:
             raise LocalError("the host is not running")
         if topic in self._topics:
@@ -353,6 +355,7 @@ class NodeHost:
         self._running = True
         try:
             with self._scope:
+                self._check_port_free()
                 self._build()
                 async with self.libp2p.run([self._listen]):
                     async with background_trio_service(self._pubsub), background_trio_service(self._router):
@@ -371,6 +374,28 @@ class NodeHost:
             await self._close_swarm()
             self._running = False
             self._stopped.set()
+
+    def _check_port_free(self) -> None:
+        # libp2p binds with SO_REUSEPORT, so a second node on a busy port starts
+        # "fine" and the kernel splits incoming dials between the two. A plain bind
+        # (no SO_REUSEPORT) fails against any live listener: probe with one first.
+        try:
+            port = int(self._listen.value_for_protocol("tcp"))
+        except Exception:
+            return
+        if port == 0:
+            return
+        for proto, family in (("ip4", socket.AF_INET), ("ip6", socket.AF_INET6)):
+            try:
+                ip = self._listen.value_for_protocol(proto)
+            except Exception:
+                continue
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((ip, port))
+                except OSError as error:
+                    raise LocalError(f"cannot listen on {self._listen}: {error.strerror}") from None
 
     async def _close_swarm(self) -> None:
         # Leaving libp2p's run() by cancellation skips the swarm's own clean-up and

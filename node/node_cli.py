@@ -74,8 +74,23 @@ def _start(data_dir: Path, overrides: dict) -> int:
     # Lock before anything else starts: a second node on this directory stops here.
     with DataDirLock(config):
         configure_logging(config.log_level, libp2p_level=config.libp2p_log_level, file=config.log_path)
-        trio.run(_run_until_signal, config, seed)
+        try:
+            trio.run(_run_until_signal, config, seed)
+        except BaseExceptionGroup as group:
+            # A NodeError from inside the node's nurseries (a busy port, say) is a
+            # message for the user, not a traceback.
+            leaves = _leaves(group)
+            if leaves and all(isinstance(e, NodeError) for e in leaves):
+                return _fail("; ".join(str(e) for e in leaves))
+            raise
     return 0
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
 
 
 async def _run_until_signal(config, seed: bytes) -> None:

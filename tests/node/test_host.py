@@ -15,7 +15,7 @@ from nacl.signing import VerifyKey
 
 from node.datadir import peer_id_text
 from node.errors import LocalError, PeerTimeout, PeerUnreachable, ProtocolNotSupported, RemoteError
-from node.host import NodeHost, identity_from_seed, open_host, peer_id_from_seed, public_key_of
+from node.host import NodeHost, identity_from_seed, open_host, peer_id_from_seed, peer_id_of_key, public_key_of
 from node.streams import RequestRefused, StreamLimits
 
 from .conftest import running_hosts, trio_test, wait_until
@@ -34,6 +34,7 @@ def test_one_seed_gives_peer_id_and_signing_key():
     VerifyKey(public_key_of(peer_id)).verify(message, key_pair.private_key.sign(message))
     assert peer_id_from_seed(seed) == peer_id
     assert peer_id_text(bytes(signing_key.verify_key)) == str(peer_id)  # the libp2p-free version
+    assert peer_id_of_key(bytes(signing_key.verify_key)) == peer_id
     assert peer_id_from_seed(os.urandom(32)) != peer_id
     with pytest.raises(LocalError):
         identity_from_seed(b"short")
@@ -116,6 +117,15 @@ async def test_unreachable_and_bad_addresses_are_typed_errors():
             await a.connect("/ip4/127.0.0.1/tcp/1")
         with pytest.raises(LocalError):
             await a.connect(a.listen_addrs[0])
+
+
+@trio_test()
+async def test_a_busy_listen_port_is_refused():
+    async with open_host(os.urandom(32)) as a:
+        port = Multiaddr(a.listen_addrs[0]).value_for_protocol("tcp")
+        with pytest.RaisesGroup(pytest.RaisesExc(LocalError, match="in use"), flatten_subgroups=True):
+            async with open_host(os.urandom(32), listen=f"/ip4/127.0.0.1/tcp/{port}"):
+                pass
 
 
 @trio_test(timeout=30)
