@@ -1,0 +1,277 @@
+"""Rounding sites, their canonical stream layout, and the per-step log bookkeeping.
+
+Every value a rounding-log run produces passes through :meth:`RoundingEngine.site`
+(op outputs and input gradients via :mod:`.intercept`, parameter gradients and
+optimizer arithmetic via the trainer). A site is one tensor at one place of the
+step's program. The step's sites form one *canonical stream*:
+
+- *pass sites* come from the forward and backward pass over a batch. Whole-batch
+  layout: when a party splits the batch into micro-batches it runs the pass once
+  per micro-batch, and the site of micro-batch at example offset ``o`` covers the
+  elements ``o * numel/b ... (o+b) * numel/b`` of the whole-batch site (``b`` the
+  micro-batch size, dim 0 scaling with the batch: ``r`` rows per example or one row
+  per ``g`` examples). Sites whose tensor does not depend on the batch (*shared*)
+  appear once and are recomputed identically by every micro-batch.
+- *step sites* come after all passes: parameter gradients, optimizer arithmetic,
+  running statistics.
+
+So a log's positions mean the same values whatever micro-batching the trainer or
+the auditor used. The engine runs in one of four modes: ``train`` (decide and
+record entries), ``replay`` (apply a log), ``calib_record`` and ``calib_force``
+(measure float64 disagreement between two configurations, see :mod:`.thresholds`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from . import rounding
+from .codec import LogFormatError, StepLog
+from .rounding import F32, F64, UNIT_ROUNDOFF_F64, ApplyReport, Decisions
+from .thresholds import Thresholds
+
+
+class RoundLogError(RuntimeError):
+    """The program cannot run in rounding-log mode as written (unsupported op, layout)."""
+
+
+EXAMPLE, SHARED, STEP = "example", "shared", "step"
+
+
+@dataclass
+class SiteInfo:
+    key: str
+    kind: str
+    base: int  # first canonical stream position
+    canonical_numel: int
+    chunk_numel: int  # elements per disagreement-scale chunk (one example, one example group, or all)
+
+
+@dataclass
+class SiteStats:
+    """Per-key tallies over a step (or a calibration run)."""
+
+    rounded: int = 0
+    entries: int = 0
+    value_entries: int = 0
+    corrections: int = 0
+    implausible: int = 0
+    breaches: int = 0
+    max_ratio: float = 0.0  # calibration: max |v_A - v_B| / (u * chunk max|v|)
+    flips: int = 0  # calibration: elements whose plain float32 rounding differs between configs
+    exact: bool = False  # the site was declared exact (never logged)
+
+
+@dataclass
+class StepResult:
+    log: StepLog | None
+    stats: dict[str, SiteStats] = field(default_factory=dict)
+
+    def total(self, attr: str) -> int:
+        return sum(getattr(s, attr) for s in self.stats.values())
+
+
+class RoundingEngine:
+    def __init__(self, mode: str, thresholds: Thresholds, calib_source: "RoundingEngine | None" = None):
+        if mode not in ("train", "replay", "calib_record", "calib_force"):
+            raise ValueError(f"unknown engine mode {mode!r}")
+        if (mode == "calib_force") != (calib_source is not None):
+            raise ValueError("calib_force needs the calib_record engine it compares with, and only it does")
+        self.mode = mode
+        self.thresholds = thresholds
+        self.calib_source = calib_source
+        self._calib_store: dict = {}
+
+    # ------------------------------------------------------------ step / pass structure
+
+    def begin_step(self, step: int, batch_size: int, log: StepLog | None = None) -> None:
+        self.step = step
+        self.batch_size = batch_size
+        self.pass_sites: list[SiteInfo] = []
+        self.pass_total = 0
+        self.pass_index = -1
+        self.step_sites: list[SiteInfo] = []
+        self.stats: dict[str, SiteStats] = {}
+        self._bits: list[tuple[np.ndarray, np.ndarray]] = []
+        self._values: list[tuple[np.ndarray, np.ndarray]] = []
+        self._in_pass = False
+        if self.mode == "replay":
+            if log is None:
+                log = StepLog(step=step, stream_length=0)
+                self._check_length = False
+            else:
+                self._check_length = True
+                if log.step != step:
+                    raise LogFormatError(f"log is for step {log.step}, replaying step {step}")
+            self.log = log
+        if self.mode == "calib_record":
+            self._calib_store = {}
+
+    def begin_pass(self, offset: int, size: int) -> None:
+        if size <= 0 or offset < 0 or offset + size > self.batch_size:
+            raise RoundLogError(f"micro-batch [{offset}, {offset + size}) outside batch {self.batch_size}")
+        self.pass_index += 1
+        self._offset, self._mb = offset, size
+        self._site_counter = 0
+        self._in_pass = True
+
+    def end_pass(self) -> None:
+        if self.pass_index > 0 and self._site_counter != len(self.pass_sites):
+            raise RoundLogError(
+                f"micro-batch {self.pass_index} visited {self._site_counter} sites, the first visited {len(self.pass_sites)}")
+        if self.pass_index == 0:
+            self.pass_total = sum(s.canonical_numel for s in self.pass_sites)
+        self._in_pass = False
+
+    def end_step(self) -> StepResult:
+        length = self._stream_length()
+        if self.mode == "train":
+            log = StepLog(step=self.step, stream_length=length)
+            if self._bits:
+                pos = np.concatenate([p for p, _ in self._bits])
+                up = np.concatenate([u for _, u in self._bits])
+                order = np.argsort(pos, kind="stable")
+                log.bit_pos, log.bit_up = pos[order].astype(np.uint64), up[order]
+            if self._values:
+                pos = np.concatenate([p for p, _ in self._values])
+                val = np.concatenate([v for _, v in self._values])
+                order = np.argsort(pos, kind="stable")
+                log.value_pos, log.value = pos[order].astype(np.uint64), val[order]
+            if np.unique(np.concatenate([log.bit_pos, log.value_pos])).size != log.entries:
+                raise RoundLogError("two entries at one stream position (a site was logged twice)")
+            return StepResult(log, self.stats)
+        if self.mode == "replay" and self._check_length and length != self.log.stream_length:
+            raise LogFormatError(
+                f"step {self.step}: the log covers {self.log.stream_length} rounded values, this replay produced {length}")
+        return StepResult(None, self.stats)
+
+    def _stream_length(self) -> int:
+        return self.pass_total + sum(s.canonical_numel for s in self.step_sites)
+
+    # ------------------------------------------------------------ layout
+
+    def _layout(self, key: str, t: torch.Tensor, batch_dependent: bool) -> tuple[SiteInfo, int]:
+        """The site's info and the canonical position of this tensor's first element."""
+        n = t.numel()
+        if not self._in_pass:
+            base = self.pass_total + sum(s.canonical_numel for s in self.step_sites)
+            info = SiteInfo(key, STEP, base, n, max(n, 1))
+            self.step_sites.append(info)
+            return info, base
+        i = self._site_counter
+        self._site_counter += 1
+        b, o, batch = self._mb, self._offset, self.batch_size
+        if batch_dependent:
+            kind = EXAMPLE
+            d0 = t.shape[0] if t.dim() else 0
+            if d0 and d0 % b == 0:
+                chunk = n // b
+                start = o * chunk
+            elif d0 and b % d0 == 0 and o % (b // d0) == 0:
+                g = b // d0  # one row per g examples (e.g. ghost batch-norm statistics)
+                chunk = n // d0
+                start = (o // g) * chunk
+            else:
+                raise RoundLogError(
+                    f"site {i} ({key}): batch-dependent tensor of shape {tuple(t.shape)} does not split by "
+                    f"examples along dim 0 for micro-batch {b} at offset {o}")
+            canonical = chunk * batch if d0 % b == 0 else chunk * (batch // (b // d0))
+        else:
+            kind, chunk, start, canonical = SHARED, max(n, 1), 0, n
+        if self.pass_index == 0:
+            base = sum(s.canonical_numel for s in self.pass_sites)
+            info = SiteInfo(key, kind, base, canonical, chunk)
+            self.pass_sites.append(info)
+        else:
+            if i >= len(self.pass_sites):
+                raise RoundLogError(f"micro-batch {self.pass_index} has more rounding sites than the first")
+            info = self.pass_sites[i]
+            if (info.key, info.kind, info.canonical_numel, info.chunk_numel) != (key, kind, canonical, chunk):
+                raise RoundLogError(f"site {i} differs between micro-batches: {info} vs {key} {kind} {canonical}")
+        return info, info.base + start
+
+    # ------------------------------------------------------------ the site
+
+    def site(self, key: str, v: torch.Tensor, batch_dependent: bool = False, exact: bool = False) -> torch.Tensor:
+        """Round ``v`` (float64) to float32 values (returned as float64) and log or apply."""
+        if v.dtype != F64:
+            return v
+        info, start = self._layout(key, v, batch_dependent)
+        flat = v.detach().reshape(-1)
+        st = self.stats.setdefault(key, SiteStats())
+        st.rounded += flat.numel()
+        st.exact = exact
+        if self.mode in ("calib_record", "calib_force"):
+            r = self._calibrate(info, start, flat, st)
+            return r.to(F64).reshape(v.shape)
+        beta = 0.0 if exact else self.thresholds.beta(key)
+        repeat_of_shared = info.kind == SHARED and self.pass_index > 0 and self._in_pass
+        if beta == 0.0:
+            return flat.to(F32).to(F64).reshape(v.shape)
+        d = self._bound(flat, info.chunk_numel, beta)
+        if self.mode == "train":
+            r, dec = rounding.decide(flat, d)
+            if not repeat_of_shared:
+                nb, nv = dec.bit_pos.numel(), dec.value_pos.numel()
+                if nb:
+                    self._bits.append(((dec.bit_pos + start).numpy(), dec.bit_up.numpy()))
+                if nv:
+                    self._values.append(((dec.value_pos + start).numpy(), dec.value.numpy()))
+                st.entries += nb + nv
+                st.value_entries += nv
+        else:
+            dec = self._entries_for(start, flat.numel())
+            r, rep = rounding.apply(flat, d, dec)
+            st.corrections += rep.corrections
+            st.implausible += rep.implausible
+            st.breaches += rep.breaches
+            st.entries += dec.bit_pos.numel() + dec.value_pos.numel()
+        return r.to(F64).reshape(v.shape)
+
+    @staticmethod
+    def _bound(flat: torch.Tensor, chunk: int, beta: float) -> torch.Tensor:
+        """D = beta * u * (max |v| over the element's chunk): the disagreement bound."""
+        mag = torch.where(torch.isfinite(flat), flat.abs(), torch.zeros((), dtype=F64))
+        scale = mag.view(-1, chunk).amax(dim=1, keepdim=True) if flat.numel() else mag.view(0, 1)
+        return (scale * (beta * UNIT_ROUNDOFF_F64)).expand(-1, chunk).reshape(-1)
+
+    def _entries_for(self, start: int, n: int) -> Decisions:
+        log = self.log
+        lo = int(np.searchsorted(log.bit_pos, start, side="left"))
+        hi = int(np.searchsorted(log.bit_pos, start + n, side="left"))
+        bit_pos = torch.from_numpy(log.bit_pos[lo:hi].astype(np.int64) - start)
+        bit_up = torch.from_numpy(np.ascontiguousarray(log.bit_up[lo:hi]))
+        lo = int(np.searchsorted(log.value_pos, start, side="left"))
+        hi = int(np.searchsorted(log.value_pos, start + n, side="left"))
+        value_pos = torch.from_numpy(log.value_pos[lo:hi].astype(np.int64) - start)
+        value = torch.from_numpy(np.ascontiguousarray(log.value[lo:hi]))
+        return Decisions(bit_pos, bit_up, value_pos, value)
+
+    # ------------------------------------------------------------ calibration
+
+    def _calibrate(self, info: SiteInfo, start: int, flat: torch.Tensor, st: SiteStats) -> torch.Tensor:
+        """Record this configuration's values, or compare with the recorded ones and force them."""
+        r = flat.to(F32)
+        n = flat.numel()
+        at = start - info.base if info.kind != SHARED else 0
+        if self.mode == "calib_record":
+            if info.base not in self._calib_store:
+                self._calib_store[info.base] = (torch.full((info.canonical_numel,), float("nan"), dtype=F64),
+                                                torch.zeros(info.canonical_numel, dtype=F32))
+            v_all, r_all = self._calib_store[info.base]
+            v_all[at : at + n], r_all[at : at + n] = flat, r
+            return r
+        stored = self.calib_source._calib_store.get(info.base)
+        if stored is None or stored[0].numel() != info.canonical_numel:
+            raise RoundLogError(f"calibration: no recorded values for site {info.key} at stream position {start}")
+        stored = (stored[0][at : at + n], stored[1][at : at + n])
+        va, ra = stored
+        scale = self._bound(va, info.chunk_numel, 1.0)  # u * chunk max |v|
+        diff = (flat - va).abs()
+        ok = torch.isfinite(va) & torch.isfinite(flat) & (scale > 0)
+        if ok.any():
+            st.max_ratio = max(st.max_ratio, float((diff[ok] / scale[ok]).max()))
+        st.flips += int((r != ra).sum())
+        return ra

@@ -1,0 +1,201 @@
+"""Rounding-log jobs: a TOML spec in, checkpoints + per-step logs + trace.json out.
+
+Spec (the tables of the project's job files; ``[model] kind = "torch-roundlog"``)::
+
+    [job]        name, seed, steps, batch_size, checkpoint_interval
+    [model]      kind = "torch-roundlog", module = "pkg.mod:Class"
+    [model.args] constructor keyword arguments
+    [data]       kind = "synthetic-images" | "synthetic-tokens" | "text", and its fields
+    [optimizer]  kind = "sgd" | "adamw", lr, momentum | beta1, beta2, eps, weight_decay
+    [roundlog]   optional: thresholds = { key = beta, ... } overriding the measured table
+
+The model is built after ``torch.manual_seed(job.seed)``. Outputs in ``out_dir``::
+
+    checkpoints/step_000000.safetensors ...   every checkpoint_interval steps, and the last
+    logs/step_000001.rlog ...                  every step's rounding log
+    trace.json                                 state hash per checkpoint, the trace root,
+                                               and per step: state hash, log bytes, entries, loss
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import time
+import tomllib
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from .data import SyntheticImages, SyntheticTokens, TextTokens
+from .state import write_trace
+from .thresholds import Thresholds
+from .trainer import Auditor, RoundLogTrainer, RunConfig
+
+MODEL_KIND = "torch-roundlog"
+
+
+class RoundLogJobError(ValueError):
+    """An invalid rounding-log job spec; the message names the field."""
+
+
+def load_spec(spec: str | Path | Mapping) -> dict:
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    path = Path(spec)
+    raw = tomllib.loads(path.read_text())
+    raw.setdefault("_base_dir", str(path.resolve().parent))
+    return raw
+
+
+def _need(table: Mapping, prefix: str, key: str) -> Any:
+    if key not in table:
+        raise RoundLogJobError(f"{prefix}.{key}: is required")
+    return table[key]
+
+
+class Job:
+    """A parsed spec: everything needed to build identical runs on any machine."""
+
+    def __init__(self, spec: str | Path | Mapping):
+        raw = load_spec(spec)
+        self.raw = raw
+        job, model, data, opt = (raw.get(t) for t in ("job", "model", "data", "optimizer"))
+        for name, table in (("job", job), ("model", model), ("data", data), ("optimizer", opt)):
+            if not isinstance(table, Mapping):
+                raise RoundLogJobError(f"{name}: table is required")
+        if model.get("kind") != MODEL_KIND:
+            raise RoundLogJobError(f"model.kind: must be {MODEL_KIND!r} for a rounding-log job")
+        self.name = job.get("name", "job")
+        self.seed = int(_need(job, "job", "seed"))
+        self.steps = int(_need(job, "job", "steps"))
+        self.batch_size = int(_need(job, "job", "batch_size"))
+        self.checkpoint_interval = int(_need(job, "job", "checkpoint_interval"))
+        self.module = str(_need(model, "model", "module"))
+        self.model_args = dict(model.get("args", {}))
+        self.data = self._data(dict(data), raw.get("_base_dir", "."))
+        if "vocab" in self.model_args and getattr(self.data, "vocab", None) not in (None, self.model_args["vocab"]):
+            raise RoundLogJobError(f"model.args.vocab: {self.model_args['vocab']} but the data has {self.data.vocab} tokens")
+        self.optimizer = self._optimizer(dict(opt))
+        overrides = dict(raw.get("roundlog", {}).get("thresholds", {}))
+        self.thresholds = Thresholds.measured(overrides)
+
+    def _data(self, d: dict, base_dir: str):
+        kind = d.pop("kind", None)
+        if kind == "synthetic-images":
+            return SyntheticImages(self.batch_size, seed=self.seed, **d)
+        if kind == "synthetic-tokens":
+            return SyntheticTokens(self.batch_size, seed=self.seed, **d)
+        if kind == "text":
+            return TextTokens(self.batch_size, seed=self.seed, base_dir=base_dir, **d)
+        raise RoundLogJobError(f"data.kind: must be 'synthetic-images', 'synthetic-tokens' or 'text', got {kind!r}")
+
+    @staticmethod
+    def _optimizer(o: dict) -> dict:
+        kind = o.pop("kind", None)
+        if kind == "sgd":
+            return {"name": "sgd", "lr": float(_need(o, "optimizer", "lr")), "momentum": float(o.get("momentum", 0.9)),
+                    "weight_decay": float(o.get("weight_decay", 0.0))}
+        if kind == "adamw":
+            return {"name": "adamw", "lr": float(_need(o, "optimizer", "lr")),
+                    "betas": (float(o.get("beta1", 0.9)), float(o.get("beta2", 0.999))),
+                    "eps": float(o.get("eps", 1e-8)), "weight_decay": float(o.get("weight_decay", 0.01))}
+        raise RoundLogJobError(f"optimizer.kind: must be 'sgd' or 'adamw', got {kind!r}")
+
+    def model_factory(self):
+        mod_name, _, cls_name = self.module.partition(":")
+        try:
+            cls = getattr(importlib.import_module(mod_name), cls_name)
+        except (ImportError, AttributeError) as exc:
+            raise RoundLogJobError(f"model.module: cannot load {self.module!r}: {exc}") from None
+        seed, args = self.seed, self.model_args
+
+        def build() -> torch.nn.Module:
+            torch.manual_seed(seed)
+            return cls(**args)
+
+        return build
+
+    def config(self, **execution) -> RunConfig:
+        return RunConfig(thresholds=self.thresholds, **execution)
+
+    def checkpoint_steps(self) -> list[int]:
+        steps = list(range(0, self.steps + 1, self.checkpoint_interval))
+        return steps if steps[-1] == self.steps else steps + [self.steps]
+
+
+def _ckpt(out: Path, step: int) -> Path:
+    return out / "checkpoints" / f"step_{step:06d}.safetensors"
+
+
+def _logfile(out: Path, step: int) -> Path:
+    return out / "logs" / f"step_{step:06d}.rlog"
+
+
+def train_job(spec: str | Path | Mapping, out_dir: str | Path, *, threads: int | None = None,
+              backend: str = "torch", micro_batch: int | None = None, cheat=None) -> dict:
+    """Train a ``torch-roundlog`` job; returns the trace document also written to trace.json.
+
+    ``cheat(step, trainer)``, if given, runs after each step (tests use it to play a
+    dishonest trainer that edits its state).
+    """
+    job = Job(spec)
+    out = Path(out_dir)
+    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    trainer = RoundLogTrainer(job.model_factory(), job.optimizer, job.data,
+                              job.config(threads=threads, backend=backend, micro_batch=micro_batch))
+    ckpts = set(job.checkpoint_steps())
+    checkpoints = [(0, trainer.save_checkpoint(_ckpt(out, 0)))]
+    steps = []
+    t0 = time.perf_counter()
+    for i in range(1, job.steps + 1):
+        digest, log = trainer.step(i)
+        if cheat is not None:
+            cheat(i, trainer)
+            digest = trainer.state_hash()
+        _logfile(out, i).write_bytes(log)
+        steps.append({"step": i, "state_hash": digest.hex(), "log_bytes": len(log),
+                      "entries": trainer.last.total("entries"), "rounded": trainer.last.total("rounded"),
+                      "loss": trainer.last_loss})
+        if i in ckpts:
+            checkpoints.append((i, trainer.save_checkpoint(_ckpt(out, i))))
+    extra = {"job": job.name, "kind": MODEL_KIND, "steps": steps, "seconds": time.perf_counter() - t0,
+             "thresholds": job.thresholds.to_dict(),
+             "execution": {"threads": threads, "backend": backend, "micro_batch": micro_batch}}
+    write_trace(out / "trace.json", checkpoints, extra)
+    return json.loads((out / "trace.json").read_text())
+
+
+def replay_job(spec: str | Path | Mapping, run_dir: str | Path, *, start: int = 0, end: int | None = None,
+               threads: int | None = None, backend: str = "torch", micro_batch: int | None = None,
+               apply_log: bool = True) -> dict:
+    """Replay steps ``start+1 .. end`` of a trained run from its checkpoint at ``start``.
+
+    Compares each replayed state hash with the run's trace.json. Returns the first
+    step whose hash differs (None if all match), per step the tallies (corrections
+    applied, implausible entries, margin breaches), and the recomputed hashes of the
+    checkpoints reached.
+    """
+    job = Job(spec)
+    run = Path(run_dir)
+    trace = json.loads((run / "trace.json").read_text())
+    claimed = {s["step"]: s["state_hash"] for s in trace["steps"]}
+    claimed.update({c["step"]: c["state_hash"] for c in trace["checkpoints"]})
+    end = job.steps if end is None else end
+    auditor = Auditor(job.model_factory(), job.optimizer, job.data,
+                      job.config(threads=threads, backend=backend, micro_batch=micro_batch))
+    start_hash = auditor.load_checkpoint(_ckpt(run, start))
+    first_mismatch = None if start_hash.hex() == claimed.get(start) else start
+    per_step = []
+    checkpoints = {}
+    for i in range(start + 1, end + 1):
+        digest = auditor.replay_step(i, _logfile(run, i).read_bytes(), apply_log=apply_log)
+        ok = digest.hex() == claimed.get(i)
+        if not ok and first_mismatch is None:
+            first_mismatch = i
+        per_step.append({"step": i, "match": ok, **auditor.report()})
+        if i in set(job.checkpoint_steps()):
+            checkpoints[i] = digest.hex()
+    return {"start": start, "end": end, "first_mismatch": first_mismatch, "steps": per_step,
+            "checkpoints": checkpoints}

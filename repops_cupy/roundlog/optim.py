@@ -1,0 +1,111 @@
+"""SGD with momentum and AdamW in float64, every elementary result rounded to float32.
+
+Written out op by op (no torch.optim, whose internal order may change between
+versions): each line is one correctly rounded float64 operation on float32-valued
+operands, then a rounding site. Such a composition gives the same bits on every
+machine, so the sites are marked exact and never logged; they still round, so the
+optimizer state stays float32-valued. Powers of the betas are built by repeated
+multiplication, not ``**`` (libm ``pow`` is not correctly rounded everywhere).
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import torch
+
+RoundSite = Callable[[str, torch.Tensor, bool], torch.Tensor]
+
+
+def _power(base: float, n: int) -> float:
+    out = 1.0
+    for _ in range(n):
+        out = out * base
+    return out
+
+
+class Optimizer:
+    """Named float64 state tensors per parameter plus an integer step count."""
+
+    slots: tuple[str, ...] = ()
+
+    def __init__(self, params: Mapping[str, torch.nn.Parameter], **hyper):
+        self.params = dict(sorted(params.items()))
+        self.hyper = hyper
+        self.steps = 0
+        self.state = {name: {s: torch.zeros_like(p, dtype=torch.float64) for s in self.slots}
+                      for name, p in self.params.items()}
+
+    def decays(self, name: str, p: torch.Tensor) -> bool:
+        return self.hyper.get("decay_all", False) or p.dim() >= 2
+
+    def named_state(self) -> dict[str, torch.Tensor]:
+        out = {f"optim.{n}.{s}": t for n, st in self.state.items() for s, t in st.items()}
+        out["optim.steps"] = torch.tensor(self.steps, dtype=torch.int64)
+        return out
+
+    def load_named_state(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        for n, st in self.state.items():
+            for s in st:
+                st[s] = tensors[f"optim.{n}.{s}"].to(torch.float64).clone()
+        self.steps = int(tensors["optim.steps"])
+
+
+class SGDMomentum(Optimizer):
+    """buf = momentum*buf + g (buf starts at zero, so step 1 gives buf = g); p -= lr*buf."""
+
+    slots = ("momentum",)
+
+    def step(self, rnd: RoundSite) -> None:
+        lr, mu, wd = self.hyper["lr"], self.hyper.get("momentum", 0.9), self.hyper.get("weight_decay", 0.0)
+        self.steps += 1
+        with torch.no_grad():
+            for name, p in self.params.items():
+                g = p.grad
+                if wd and self.decays(name, p):
+                    g = rnd("optim:sgd", g + rnd("optim:sgd", p * wd, True), True)
+                buf = self.state[name]["momentum"]
+                buf = rnd("optim:sgd", rnd("optim:sgd", buf * mu, True) + g, True)
+                self.state[name]["momentum"] = buf
+                p.copy_(rnd("optim:sgd", p - rnd("optim:sgd", buf * lr, True), True))
+
+
+class AdamW(Optimizer):
+    """Decoupled weight decay, then Adam with bias correction (Loshchilov & Hutter)."""
+
+    slots = ("exp_avg", "exp_avg_sq")
+
+    def step(self, rnd: RoundSite) -> None:
+        h = self.hyper
+        lr, (b1, b2), eps, wd = h["lr"], h.get("betas", (0.9, 0.999)), h.get("eps", 1e-8), h.get("weight_decay", 0.01)
+        self.steps += 1
+        bc1, bc2 = 1.0 - _power(b1, self.steps), 1.0 - _power(b2, self.steps)
+        with torch.no_grad():
+            for name, p in self.params.items():
+                g = p.grad
+                st = self.state[name]
+                if wd and self.decays(name, p):
+                    p.copy_(rnd("optim:adamw", p - rnd("optim:adamw", p * (lr * wd), True), True))
+                m = rnd("optim:adamw", rnd("optim:adamw", st["exp_avg"] * b1, True)
+                        + rnd("optim:adamw", g * (1.0 - b1), True), True)
+                g2 = rnd("optim:adamw", g * g, True)
+                v = rnd("optim:adamw", rnd("optim:adamw", st["exp_avg_sq"] * b2, True)
+                        + rnd("optim:adamw", g2 * (1.0 - b2), True), True)
+                st["exp_avg"], st["exp_avg_sq"] = m, v
+                m_hat = rnd("optim:adamw", m / bc1, True)
+                v_hat = rnd("optim:adamw", v / bc2, True)
+                denom = rnd("optim:adamw", rnd("optim:adamw", v_hat.sqrt(), True) + eps, True)
+                upd = rnd("optim:adamw", m_hat / denom, True)
+                p.copy_(rnd("optim:adamw", p - rnd("optim:adamw", upd * lr, True), True))
+
+
+OPTIMIZERS = {"sgd": SGDMomentum, "adamw": AdamW}
+
+
+def build_optimizer(spec: Mapping, params: Mapping[str, torch.nn.Parameter]) -> Optimizer:
+    spec = dict(spec)
+    kind = spec.pop("name", spec.pop("kind", None))
+    if kind not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {kind!r}; supported: {sorted(OPTIMIZERS)}")
+    if "betas" in spec:
+        spec["betas"] = tuple(spec["betas"])
+    return OPTIMIZERS[kind](params, **spec)
