@@ -698,7 +698,7 @@ class SettlementMachine(RuleBasedStateMachine):
 
 
 SettlementMachine.TestCase.settings = settings(
-    max_examples=10,
+    max_examples=8,
     stateful_step_count=35,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
