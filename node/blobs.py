@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,6 +144,10 @@ class BlobStore:
         self._tmp = self.root / "tmp"
         for d in (self._objects, self._partial, self._tmp):
             d.mkdir(parents=True, exist_ok=True)
+        # Leftovers of writes cut short by a crash; the data directory's lock means
+        # no other process is writing here.
+        for leftover in self._tmp.iterdir():
+            leftover.unlink(missing_ok=True)
         self._partials: dict[bytes, Partial] = {}
         self._manifests: dict[bytes, Manifest] = {}
 
@@ -169,7 +174,7 @@ class BlobStore:
     # writing
     def _write_atomic(self, target: Path, parts: Iterable[bytes]) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._tmp / f"{target.name}.{os.getpid()}.{id(parts):x}"
+        tmp = self._tmp / f"{target.name}.{secrets.token_hex(8)}"
         with open(tmp, "wb") as f:
             for part in parts:
                 f.write(part)
@@ -194,7 +199,7 @@ class BlobStore:
 
     def put_file_sync(self, source: Path) -> bytes:
         hashes: list[bytes] = []
-        tmp = self._tmp / f"import.{os.getpid()}.{source.name}"
+        tmp = self._tmp / f"import.{secrets.token_hex(8)}"
         size = 0
         with open(source, "rb") as src, open(tmp, "wb") as dst:
             while chunk := src.read(CHUNK_SIZE):
