@@ -19,15 +19,21 @@ bits of one row of A and one column of B:
 5. Round. C[i, j] = V * 2^-(sigma_i + tau_j) rounded once to float32 (nearest, ties
    to even; subnormal and overflow results as IEEE says). An exact zero gives +0.0.
 
-The constants do not depend on K, M or N. Non-finite inputs: an output element whose
+The constants (5 digits of 8 bits, the 19 pairs) do not depend on K, M or N, and no
+K chunking appears in the specification: V is an exact integer, so how an engine cuts
+K (16384 per chunk here, to keep int32 sums exact) cannot show. Batches: each product
+of a batch is computed as above, batch axes broadcast like np.matmul. Non-finite inputs: an output element whose
 row of A or column of B holds an inf or NaN is what IEEE arithmetic gives for the
 exact products summed in any order: NaN if a NaN takes part, if inf meets 0, or if
 +inf and -inf products meet, else the infinity of the infinite products. Only that
 row's and that column's outputs are affected. K = 0 gives +0.0; K >= 2^30 is refused.
 
-Accuracy (measured against exact dot products, see tests): on normal random data every
-output tried was correctly rounded; data spanning 10^+-8 and heavy cancellation lose
-accuracy where the truncation of step 2 drops bits of entries far below the row max.
+Why these constants: the kept pairs carry about 38 bits of each operand, enough that
+on normal random data (K = 256..4096) at least 99.97% of outputs were correctly
+rounded and none was more than 1 ulp off (plain float32 matmul: 10-12%, thousands of
+ulp). 17 pairs measured 99.94%, too close to the 99.9% bar. Entries far below their
+row's largest lose bits in step 2: data spanning 10^+-8 measured 98.5-99.7% correctly
+rounded, heavy cancellation far worse (still much better than float32).
 
 How it is computed: the digit products are exact integer GEMMs, so no engine, thread
 count, SIMD level, memory order or K chunking can change a bit. On CPU the default
