@@ -14,6 +14,7 @@ writer whose peer does not read for 5 s has its stream reset).
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -166,7 +167,9 @@ async def exchange(framed: FramedStream, request: bytes, *, timeout: float) -> b
     """Send one request on an open stream and wait for its answer, within ``timeout``."""
     with trio.move_on_after(timeout) as scope:
         await framed.send(request)
-        answer = await framed.receive()
+        # The peer may think for a while before answering: the wait for the first
+        # byte is bounded by ``timeout``, the bytes after it by the read timeout.
+        answer = await framed.receive(first_timeout=math.inf)
         return _decode_answer(framed, answer)
     assert scope.cancelled_caught
     raise PeerTimeout(f"no answer within {timeout:g} s", peer=framed.peer_id)

@@ -192,3 +192,15 @@ async def test_a_failing_handler_resets_only_its_stream(caplog):
             await b.request(a.peer_id, "/gavel-test/buggy/1", b"?", timeout=2)
         assert await b.request(a.peer_id, ECHO, b"still here") == b"still here"
         assert "bug in a handler" in caplog.text
+
+
+@trio_test()
+async def test_a_slow_answer_within_the_request_timeout_is_not_a_read_timeout():
+    async def slow(peer, request):
+        await trio.sleep(0.6)
+        return b"done"
+
+    async with running_hosts(2) as (a, b):
+        limits = StreamLimits(read_timeout=0.2)
+        a.handle_requests("/gavel-test/slow/1", slow, limits)
+        assert await b.request(a.peer_id, "/gavel-test/slow/1", b"?", timeout=3, limits=limits) == b"done"
