@@ -1,7 +1,7 @@
 """Disputes on the embedded EVM: opening, the referee's verdict, lapse, and the slash split."""
 
 import pytest
-from settlement_world import NODE_STAKE, PRICE, PROVIDER_STAKE, RULING_PERIOD, WINNER_SHARE_BPS, job_id, reverts, root
+from .settlement_world import NODE_STAKE, PRICE, PROVIDER_STAKE, RULING_PERIOD, WINNER_SHARE_BPS, job_id, reverts, root
 
 from contracts import (
     DisputeLapsed,

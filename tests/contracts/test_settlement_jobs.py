@@ -1,7 +1,7 @@
 """Jobs on the embedded EVM: open, accept, commit, settle; every guard and every deadline."""
 
 import pytest
-from settlement_world import (
+from .settlement_world import (
     ACCEPT_WINDOW,
     CHALLENGE_WINDOW,
     COMMIT_WINDOW,

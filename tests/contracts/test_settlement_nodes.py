@@ -1,7 +1,7 @@
 """Node registration, stake and unbonding on the embedded EVM: every operation and every guard."""
 
 import pytest
-from settlement_world import (
+from .settlement_world import (
     MIN_STAKE,
     NODE_STAKE,
     UNBONDING_DELAY,

@@ -2,7 +2,7 @@
 and the client's plumbing (events query, reverts without data, snapshots)."""
 
 import pytest
-from settlement_world import ACCEPT_WINDOW, PRICE, reverts
+from .settlement_world import ACCEPT_WINDOW, PRICE, reverts
 
 from contracts import (
     ContractRevert,

@@ -5,7 +5,7 @@ import pytest
 
 from protocol import LocalProtocolError, Outbox, RevealRequest, decode_envelope
 from protocol.actions import MonotonicTime
-from protocol_world import CLIENT
+from .protocol_world import CLIENT
 
 JOB = bytes([4]) * 32
 

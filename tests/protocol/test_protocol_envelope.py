@@ -12,7 +12,7 @@ from protocol import (
 )
 from protocol.envelope import MAX_TENSOR_MESSAGE_SIZE
 from protocol.wire import packb
-from protocol_world import (
+from .protocol_world import (
     ALICE, BOB, CLIENT, Tamper, World, chain_program, make_game, make_terms, play,
 )
 

@@ -10,7 +10,7 @@ from protocol import (
 )
 from protocol.merkle import MerkleTree
 from protocol.wire import decode_struct
-from protocol_world import ALICE, BOB, CLIENT
+from .protocol_world import ALICE, BOB, CLIENT
 from repops_cupy.hashing import hash_tensor
 
 JOB = bytes([4]) * 32

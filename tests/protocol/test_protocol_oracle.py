@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from protocol import TraceOracle
-from protocol_world import World, chain_program
+from .protocol_world import World, chain_program
 
 
 def test_the_synthetic_world_is_a_trace_oracle_and_a_partial_one_is_not():

@@ -7,7 +7,7 @@ from protocol import (
     CHALLENGER, DEFENDER, DisputeParty, Envelope, EvidenceRequest, Identity, IntervalRequest, LocalProtocolError,
     RemoteProtocolError, RevealChildren, RevealRequest, StepRequest, Verdict,
 )
-from protocol_world import ALICE, BOB, CLIENT, Tamper, World, chain_program, make_game, make_terms, play
+from .protocol_world import ALICE, BOB, CLIENT, Tamper, World, chain_program, make_game, make_terms, play
 
 PROGRAM = chain_program(5)
 STEPS, EVERY = 9, 3

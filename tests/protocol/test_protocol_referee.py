@@ -18,7 +18,7 @@ from protocol import (
     Program, Referee, RemoteProtocolError, RevealChildren, RevealRequest, SignedRoot, StepCommit, TensorPayload, Transcript,
     commit_trace, decode_envelope, hash_tree, max_rounds,
 )
-from protocol_world import (
+from .protocol_world import (
     ALICE, BOB, CLIENT, RULES, Adversary, Tamper, World, batch_hashes_for, chain_program, expected_location,
     live_nodes, make_game, make_terms, play, random_program, resign,
 )
