@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "status": ("node.node_cli", "status_main", "is the node of a data directory running? ping it"),
     "train": ("node.train_cli", "train_main", "train a job (TOML) with reproducible operators; prints the trace root"),
     "replay": ("node.train_cli", "replay_main", "recompute one checkpoint interval of a trained job and compare with its trace"),
+    "dispute-sim": ("node.dispute_sim", "dispute_sim_main", "play the dispute game between an honest and a cheating party on a job, in one process"),
 }
 
 

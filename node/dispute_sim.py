@@ -1,0 +1,346 @@
+"""`gavel dispute-sim`: an honest party and a cheating one play the dispute game on a real job.
+
+    gavel dispute-sim JOB.toml --cheat STRATEGY [--steps N] [--seed S] [--cheater-role provider|auditor] [--json]
+
+Both parties train the job with the reproducible training code (`TrainingOracle`);
+the cheater's run deviates as its strategy says (`node._cheats`). Each signs its
+trace root. If the roots differ, the auditor (the challenger) opens a dispute at the
+job's client (the referee) against the provider (the defender), and the three
+protocol machines play it out in one process: every message is sealed, encoded and
+handed to its receiver as bytes (the bytes are counted), on a simulated clock in
+milliseconds that only the simulator advances. A cheater that stalls just never
+answers; the clock runs to the referee's deadline and the referee rules.
+
+By default the cheater is the provider; with ``--cheater-role auditor`` it is the
+auditor, who accuses an honest provider. ``--seed`` seeds the cheat's choices (which
+step, which bit, ...); the job's own seed stays as in the job file.
+
+Output: the verdict, where the descent ended (checkpoint, step, node), the rounds
+against the bound `protocol.max_rounds`, the bytes exchanged and the time spent,
+split into the job's training, the dispute's recomputation, hashing, and game logic
+(protocol machines, signatures, the referee's recomputation). With ``--json`` the
+last line is one JSON object. Exit status 0 when the honest party won (or, for
+``--cheat honest``, when no dispute arose), 1 otherwise, 2 on a usage error.
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import blake3
+
+from protocol import (
+    CHALLENGER, DEFENDER, DisputeParty, DisputeRules, Envelope, GameOver, Identity, Program, Received, Referee,
+    RemoteProtocolError, Send, SignedJobTerms, StateOutputs, Verdict, max_rounds,
+)
+from repops_cupy.train import TrainingProgram
+
+from ._cheats import STRATEGIES, Cheat, CheatContext, Rewrite, Truth
+from .training_oracle import HASH, REPLAY, TRAIN, StageTimer, TrainingOracle, batch_hashes, job_terms
+
+PROVIDER, AUDITOR = "provider", "auditor"
+# dispute rules of the simulated job, and the simulated network: one-way latency and each party's time to answer
+RULES = DisputeRules(move_timeout_ms=60_000, clock_ms=600_000)
+LATENCY_MS = 20
+THINK_MS = 100
+START_MS = 1_000
+
+EXIT_HONEST_WON, EXIT_HONEST_LOST, EXIT_USAGE = 0, 1, 2
+
+
+def sim_identity(name: str) -> Identity:
+    """A fixed key per participant, so that runs are reproducible (the signatures are real Ed25519)."""
+    return Identity(blake3.blake3(b"gavel/dispute-sim/" + name.encode()).digest())
+
+
+CLIENT, PROVIDER_KEY, AUDITOR_KEY = sim_identity("client"), sim_identity(PROVIDER), sim_identity(AUDITOR)
+
+
+class RewritingParty:
+    """A party machine whose outgoing moves pass through a cheat's `rewrite` (re-signed, or dropped)."""
+
+    def __init__(self, party: DisputeParty, rewrite: Rewrite) -> None:
+        self.party = party
+        self.rewrite = rewrite
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.party, name)
+
+    def receive_bytes(self, data: bytes, *, now: int) -> Received:
+        received = self.party.receive_bytes(data, now=now)
+        actions = []
+        for action in received.actions:
+            if isinstance(action, Send):
+                out = self.rewrite(received.envelope, action.envelope, self.party.identity)
+                if out is not None:
+                    actions.append(Send(action.to, out))
+            else:
+                actions.append(action)
+        return Received(received.envelope, actions)
+
+
+@dataclass
+class Timings:
+    """Seconds: the job's training by both parties (and its hashing), then the dispute's own split."""
+
+    train: float = 0.0
+    train_hash: float = 0.0
+    replay: float = 0.0
+    hash: float = 0.0
+    game: float = 0.0
+
+    def to_json(self) -> dict[str, float]:
+        return {f"{k}_s": round(v, 4) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class SimResult:
+    strategy: str
+    cheater_role: str
+    seed: int
+    description: str
+    truth: Truth
+    terms: SignedJobTerms
+    program: Program
+    verdict: Verdict | None
+    honest_id: bytes
+    cheater_id: bytes
+    bytes: int = 0
+    messages: int = 0
+    refused: int = 0
+    simulated_ms: int = 0
+    timings: Timings = field(default_factory=Timings)
+
+    @property
+    def dispute(self) -> bool:
+        return self.verdict is not None
+
+    @property
+    def bound(self) -> int:
+        t = self.terms.terms
+        return max_rounds(t.schedule.intervals, t.checkpoint_every, t.graph_nodes)
+
+    @property
+    def rounds(self) -> int:
+        return self.verdict.rounds if self.verdict else 0
+
+    @property
+    def winner(self) -> str | None:
+        if self.verdict is None:
+            return None
+        losers = self.verdict.losers
+        if losers == {self.cheater_id}:
+            return "honest"
+        if losers == {self.honest_id}:
+            return "cheater"
+        if losers == {self.honest_id, self.cheater_id}:
+            return "both-lose"
+        raise RuntimeError(f"a verdict with faults {sorted(x.hex()[:8] for x in losers)} names neither party")
+
+    @property
+    def honest_won(self) -> bool:
+        return self.winner == "honest" if self.truth.reason else not self.dispute
+
+    def located(self, depth: int) -> int | None:
+        """The checkpoint (1), step (2) or node (3) the descent found, if it got that far."""
+        if self.verdict is None or self.verdict.depth < depth:
+            return None
+        return (self.verdict.checkpoint, self.verdict.step, self.verdict.node)[depth - 1]
+
+    def node_name(self, node: int | None) -> str | None:
+        if node is None:
+            return None
+        entry = self.program.entry(node)
+        if isinstance(entry, StateOutputs):
+            return "state outputs"
+        return f"leaf {entry.leaf_name}" if entry.is_leaf else entry.op
+
+    def faults(self) -> list[dict[str, str]]:
+        if self.verdict is None:
+            return []
+        who = {self.honest_id: "honest", self.cheater_id: "cheater"}
+        return [{"party": who[f.party], "reason": f.reason, "detail": f.detail} for f in self.verdict.faults]
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.terms.terms
+        truth = self.truth
+        return {
+            "strategy": self.strategy, "cheater_role": self.cheater_role, "seed": self.seed,
+            "cheat": self.description, "steps": t.steps, "checkpoint_every": t.checkpoint_every,
+            "intervals": t.schedule.intervals, "graph_nodes": t.graph_nodes,
+            "dispute": self.dispute, "winner": self.winner, "faults": self.faults(),
+            "depth": self.verdict.depth if self.verdict else 0,
+            "checkpoint": self.located(1), "step": self.located(2), "node": self.located(3),
+            "node_op": self.node_name(self.located(3)),
+            "truth": {"step": truth.step, "node": truth.node, "node_op": self.node_name(truth.node),
+                      "reason": truth.reason},
+            "rounds": self.rounds, "bound": self.bound, "bytes": self.bytes, "messages": self.messages,
+            "refused": self.refused, "simulated_ms": self.simulated_ms,
+            "transcript": self.verdict.transcript_hash.hex() if self.verdict else None,
+            "timings": self.timings.to_json(),
+        }
+
+
+def _stage_seconds(*timers: StageTimer) -> dict[str, float]:
+    return {stage: sum(t.seconds.get(stage, 0.0) for t in timers) for stage in (TRAIN, REPLAY, HASH)}
+
+
+def simulate(training: TrainingProgram, strategy: str, *, cheater_role: str = PROVIDER, seed: int = 0,
+             honest: TrainingOracle | None = None) -> SimResult:
+    """Play one dispute between an honest party and a cheater on `training`'s job.
+
+    `honest` may be an honest run of this job made earlier (it is reused, not rerun),
+    so that many simulations of one job share it.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
+    if cheater_role not in (PROVIDER, AUDITOR):
+        raise ValueError(f"the cheater is the {PROVIDER} or the {AUDITOR}, not {cheater_role!r}")
+    honest = honest or TrainingOracle(training)
+    program = honest.program()
+    terms = job_terms(training, CLIENT, rules=RULES, program=program)
+    cheat_timer = StageTimer()
+    before = _stage_seconds(honest.timer, cheat_timer)
+
+    honest.train()
+    # what the cheater knows of the honest computation it departs from: its own copy, on its own clock
+    shadow = TrainingOracle(training, timer=cheat_timer, program=program)
+    shadow.train(prefix=honest, prefix_steps=training.spec.steps)
+    cheat: Cheat = STRATEGIES[strategy](CheatContext(training, shadow, random.Random(seed), cheat_timer))
+    # the cheater computes exactly what the honest party does before its first deviation
+    cheat.oracle.train(prefix=honest, prefix_steps=(cheat.truth.step or 1) - 1)
+    trained = _stage_seconds(honest.timer, cheat_timer)
+
+    cheater_key, honest_key = (PROVIDER_KEY, AUDITOR_KEY) if cheater_role == PROVIDER else (AUDITOR_KEY, PROVIDER_KEY)
+    cheater = DisputeParty(identity=cheater_key, terms=terms, oracle=cheat.oracle, role=cheater_role,
+                           side=DEFENDER if cheater_role == PROVIDER else CHALLENGER)
+    upright = DisputeParty(identity=honest_key, terms=terms, oracle=honest,
+                           role=AUDITOR if cheater_role == PROVIDER else PROVIDER,
+                           side=CHALLENGER if cheater_role == PROVIDER else DEFENDER)
+    result = SimResult(strategy, cheater_role, seed, cheat.description, cheat.truth, terms, program, None,
+                       honest_key.node_id, cheater_key.node_id)
+    started = time.perf_counter()
+    if cheater.trace_root.statement != upright.trace_root.statement:
+        referee = Referee(identity=CLIENT, terms=terms, batch_hashes=batch_hashes(training))
+        playing = RewritingParty(cheater, cheat.rewrite) if cheat.rewrite else cheater
+        auditor, provider = (upright, playing) if cheater_role == PROVIDER else (playing, upright)
+        _play(referee, auditor, provider, result)
+        result.verdict = referee.verdict
+    elapsed = time.perf_counter() - started
+    done = _stage_seconds(honest.timer, cheat_timer)
+    result.timings = Timings(
+        train=trained[TRAIN] - before[TRAIN], train_hash=trained[HASH] - before[HASH],
+        replay=done[REPLAY] - trained[REPLAY], hash=done[HASH] - trained[HASH],
+        game=elapsed - (done[REPLAY] - trained[REPLAY]) - (done[HASH] - trained[HASH]),
+    )
+    return result
+
+
+def _play(referee: Referee, auditor: Any, provider: Any, result: SimResult) -> None:
+    """Deliver every message as bytes on a simulated clock until the referee has ruled and all is delivered."""
+    machines = {CLIENT.node_id: referee, auditor.identity.node_id: auditor, provider.identity.node_id: provider}
+    queue: list[tuple[int, int, bytes, bytes]] = []   # (arrival time, order, receiver, bytes)
+    order = itertools.count()
+
+    def post(sender: bytes, actions: list, now: int) -> None:
+        answer_delay = 0 if sender == CLIENT.node_id else THINK_MS
+        for action in actions:
+            if isinstance(action, Send):
+                data = action.envelope.encode()
+                heapq.heappush(queue, (now + answer_delay + LATENCY_MS, next(order), action.to, data))
+
+    now = START_MS
+    post(auditor.identity.node_id, [auditor.open_dispute(provider.trace_root, now=now)], now)
+    while queue or referee.state != "DONE":
+        if not queue:  # nothing in flight: the clock runs to the next deadline
+            deadline = referee.next_deadline
+            if deadline is None:
+                raise RuntimeError(f"the game is stuck in state {referee.state}: nothing in flight, no deadline")
+            now = max(now, deadline + 1)
+            post(CLIENT.node_id, referee.tick(now=now), now)
+            continue
+        at, _, to, data = heapq.heappop(queue)
+        now = max(now, at)
+        machine = machines[to]
+        if machine.state == "DONE":
+            continue  # the game is over for this receiver: a late move is moot
+        result.bytes += len(data)
+        result.messages += 1
+        try:
+            received = machine.receive_bytes(data, now=now)
+        except RemoteProtocolError:
+            result.refused += 1  # refused as a network peer would drop it; the sender's clock keeps running
+            continue
+        post(to, [a for a in received.actions if not isinstance(a, GameOver)], now)
+    result.simulated_ms = now - START_MS
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gavel dispute-sim",
+                                description="Play the dispute game between an honest and a cheating party on a job.")
+    p.add_argument("job", help="job file (TOML)")
+    p.add_argument("--cheat", required=True, choices=list(STRATEGIES), help="the cheater's strategy")
+    p.add_argument("--steps", type=int, help="number of steps (overrides job.steps)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the cheat's choices (the job keeps its own seed)")
+    p.add_argument("--cheater-role", choices=(PROVIDER, AUDITOR), default=PROVIDER)
+    p.add_argument("--json", action="store_true", help="end with one line of JSON")
+    return p
+
+
+def report_lines(r: SimResult) -> list[str]:
+    t = r.terms.terms
+    lines = [f"job: {t.steps} steps, checkpoint every {t.checkpoint_every} ({t.schedule.intervals} intervals), "
+             f"{t.graph_nodes} nodes per step",
+             f"cheater ({r.cheater_role}, {r.strategy}, seed {r.seed}): {r.description}"]
+    if not r.dispute:
+        lines.append("the trace roots agree: no dispute")
+    else:
+        lines.append(f"verdict: {r.winner} wins" if r.winner != "both-lose" else "verdict: both lose")
+        for f in r.faults():
+            lines.append(f"  {f['party']} loses: {f['reason']} ({f['detail']})")
+        found = [f"checkpoint {r.located(1)}" if r.located(1) is not None else "nothing located"]
+        if r.located(2) is not None:
+            found.append(f"step {r.located(2)}")
+        if r.located(3) is not None:
+            found.append(f"node {r.located(3)} ({r.node_name(r.located(3))})")
+        lines.append("found: " + ", ".join(found))
+        if r.truth.step is not None:
+            lines.append(f"cheat: first wrong state after step {r.truth.step}, first wrong node {r.truth.node} "
+                         f"({r.node_name(r.truth.node)})")
+        lines.append(f"rounds: {r.rounds} (bound {r.bound}); {r.messages} messages, {r.bytes:,} bytes; "
+                     f"{r.refused} refused; simulated {r.simulated_ms / 1000:.2f} s")
+    tm = r.timings
+    lines.append(f"time: training {tm.train:.2f} s (+{tm.train_hash:.2f} s hashing); dispute: recomputation "
+                 f"{tm.replay:.2f} s, hashing {tm.hash:.2f} s, game logic {tm.game:.2f} s")
+    return lines
+
+
+def dispute_sim_main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from repops_cupy.data import DataError
+    from repops_cupy.jobspec import JobSpecError, load_job
+    try:
+        spec = load_job(args.job)
+        if args.steps is not None:
+            spec = spec.with_steps(args.steps)
+        training = TrainingProgram(spec)
+        training.graph
+    except (JobSpecError, DataError) as exc:
+        print(f"gavel dispute-sim: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    result = simulate(training, args.cheat, cheater_role=args.cheater_role, seed=args.seed)
+    for line in report_lines(result):
+        print(line)
+    if args.json:
+        print(json.dumps(result.to_json(), sort_keys=True))
+    return EXIT_HONEST_WON if result.honest_won else EXIT_HONEST_LOST
