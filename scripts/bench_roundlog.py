@@ -3,6 +3,8 @@
 For each example job (scripts/jobs/{cnn,gpt}-roundlog.toml), measured in one run on
 this CPU with one torch thread unless a configuration says otherwise:
 
+- plain torch float32 and float64 training under each other configuration: the first
+  step whose weights (as float32) differ from the reference run;
 - time per step of plain torch float32 and float64 training (torch.optim), of the
   rounding-log trainer and of the auditor replaying its logs, as ratios to float32;
 - log bytes per step and per parameter, share of rounded values logged, bits per
@@ -19,6 +21,7 @@ as the shipped table (repops_cupy/roundlog/calibrated.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
@@ -27,7 +30,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from repops_cupy.hashing import hash_tensor
 from repops_cupy.roundlog.job import Job
+from repops_cupy.roundlog.npbackend import NumpyProducts
 from repops_cupy.roundlog.state import trace_root
 from repops_cupy.roundlog.thresholds import MARGIN, Thresholds
 from repops_cupy.roundlog.trainer import Auditor, RoundLogTrainer, RunConfig, calibrate
@@ -44,8 +49,11 @@ PUBLISHED_BITS_PER_VALUE = 1.6
 TABLE = ROOT / "repops_cupy/roundlog/calibrated.py"
 
 
-def plain_step_times(job: Job, dtype: torch.dtype, steps: int) -> list[float]:
-    """Ordinary torch training of the same model and data (torch.optim, mean loss)."""
+def plain_training(job: Job, dtype: torch.dtype, steps: int, threads: int | None = 1, backend: str = "torch",
+                   micro_batch: int | None = None) -> tuple[list[float], list[bytes]]:
+    """Ordinary torch training of the same model and data (torch.optim, mean loss, gradient
+    accumulation over micro-batches). Returns step times and, per step, a hash of the
+    parameters cast to float32."""
     model = job.model_factory()().to(dtype)
     model.train()
     o = job.optimizer
@@ -54,21 +62,43 @@ def plain_step_times(job: Job, dtype: torch.dtype, steps: int) -> list[float]:
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=o["betas"], eps=o["eps"],
                                 weight_decay=o["weight_decay"])
-    times = []
-    for i in range(1, steps + 2):
-        x, y = job.data.batch(i)
-        x = x.to(dtype) if x.is_floating_point() else x
-        t = time.perf_counter()
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        for m in model.modules():  # ghost batch-norm folds its statistics once per step
-            if hasattr(m, "step_end"):
-                m.step_end(lambda key, t, exact=False: t)
-        times.append(time.perf_counter() - t)
-    return times[1:]
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads or old_threads)
+    times, hashes = [], []
+    try:
+        for i in range(1, steps + 1):
+            x, y = job.data.batch(i)
+            x = x.to(dtype) if x.is_floating_point() else x
+            mb = micro_batch or x.shape[0]
+            t = time.perf_counter()
+            opt.zero_grad()
+            for s in range(0, x.shape[0], mb):
+                with NumpyProducts() if backend == "numpy" else contextlib.nullcontext():
+                    logits = model(x[s:s + mb])
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[s:s + mb].reshape(-1))
+                (loss * (mb / x.shape[0])).backward()
+            opt.step()
+            for m in model.modules():  # ghost batch-norm folds its statistics once per step
+                if hasattr(m, "step_end"):
+                    m.step_end(lambda key, t, exact=False: t)
+            times.append(time.perf_counter() - t)
+            hashes.append(hash_tensor(torch.cat([p.detach().reshape(-1).float() for p in model.parameters()]).numpy()))
+    finally:
+        torch.set_num_threads(old_threads)
+    return times, hashes
+
+
+def plain_divergence(job: Job, steps: int, pairs: list[str]) -> dict:
+    """First step where plain float32 / float64 training under each pair's configuration
+    leaves the reference run (parameters compared as float32)."""
+    out = {}
+    for dtype, label in ((torch.float32, "float32"), (torch.float64, "float64")):
+        _, ref = plain_training(job, dtype, steps)
+        for pair in pairs:
+            _, other = plain_training(job, dtype, steps, **PAIRS[pair])
+            first = next((i + 1 for i, (a, b) in enumerate(zip(ref, other)) if a != b), None)
+            out[f"{label}/{pair}"] = first
+    return out
 
 
 def bench_model(name: str, steps: int, pairs: list[str], interval: int) -> dict:
@@ -79,8 +109,9 @@ def bench_model(name: str, steps: int, pairs: list[str], interval: int) -> dict:
     n_params = sum(p.numel() for p in factory().parameters())
     out["parameters"] = n_params
 
-    t32 = plain_step_times(job, torch.float32, steps)
-    t64 = plain_step_times(job, torch.float64, steps)
+    t32 = plain_training(job, torch.float32, steps + 1)[0][1:]
+    t64 = plain_training(job, torch.float64, steps + 1)[0][1:]
+    out["plain_first_differing_step"] = plain_divergence(job, steps, pairs)
 
     trainer = RoundLogTrainer(factory, job.optimizer, job.data, job.config(**REFERENCE))
     auditor = Auditor(factory, job.optimizer, job.data, job.config(**REFERENCE))
@@ -220,6 +251,8 @@ def main() -> None:
               f"{lg['rounded_values_per_step']:.0f} rounded values: share {lg['share_logged']:.2e}")
         print(f"     {lg['bits_per_rounded_value']:.2e} bits per rounded value (published scheme: "
               f"{PUBLISHED_BITS_PER_VALUE}), {lg['bits_per_logged_value']:.1f} bits per logged value")
+        print("plain training (no rounding), first step whose float32 weights differ from 1 thread/torch/whole batch: "
+              + ", ".join(f"{k} {v}" for k, v in r["plain_first_differing_step"].items()))
         for pair, p in r["pairs"].items():
             print(f"replay {pair:8s} {json.dumps(p['config'])}: with log root match {p['trace_root_with_log_matches']} "
                   f"({p['steps_matching_with_log']}/{r['steps']} steps), corrections {p['corrections_applied']}, "

@@ -93,6 +93,8 @@ class RoundingEngine:
         self.pass_total = 0
         self.pass_index = -1
         self.step_sites: list[SiteInfo] = []
+        self._pass_cursor = 0  # canonical size of the pass sites seen so far (first micro-batch)
+        self._step_cursor = 0  # canonical size of the step sites so far
         self.stats: dict[str, SiteStats] = {}
         self._bits: list[tuple[np.ndarray, np.ndarray]] = []
         self._values: list[tuple[np.ndarray, np.ndarray]] = []
@@ -122,7 +124,7 @@ class RoundingEngine:
             raise RoundLogError(
                 f"micro-batch {self.pass_index} visited {self._site_counter} sites, the first visited {len(self.pass_sites)}")
         if self.pass_index == 0:
-            self.pass_total = sum(s.canonical_numel for s in self.pass_sites)
+            self.pass_total = self._pass_cursor
         self._in_pass = False
 
     def end_step(self) -> StepResult:
@@ -148,7 +150,7 @@ class RoundingEngine:
         return StepResult(None, self.stats)
 
     def _stream_length(self) -> int:
-        return self.pass_total + sum(s.canonical_numel for s in self.step_sites)
+        return self.pass_total + self._step_cursor
 
     # ------------------------------------------------------------ layout
 
@@ -156,7 +158,8 @@ class RoundingEngine:
         """The site's info and the canonical position of this tensor's first element."""
         n = t.numel()
         if not self._in_pass:
-            base = self.pass_total + sum(s.canonical_numel for s in self.step_sites)
+            base = self.pass_total + self._step_cursor
+            self._step_cursor += n
             info = SiteInfo(key, STEP, base, n, max(n, 1))
             self.step_sites.append(info)
             return info, base
@@ -181,7 +184,8 @@ class RoundingEngine:
         else:
             kind, chunk, start, canonical = SHARED, max(n, 1), 0, n
         if self.pass_index == 0:
-            base = sum(s.canonical_numel for s in self.pass_sites)
+            base = self._pass_cursor
+            self._pass_cursor += canonical
             info = SiteInfo(key, kind, base, canonical, chunk)
             self.pass_sites.append(info)
         else:
@@ -210,9 +214,9 @@ class RoundingEngine:
         repeat_of_shared = info.kind == SHARED and self.pass_index > 0 and self._in_pass
         if beta == 0.0:
             return flat.to(F32).to(F64).reshape(v.shape)
-        d = self._bound(flat, info.chunk_numel, beta)
+        v2, d2 = self._bound(flat, info.chunk_numel, beta)
         if self.mode == "train":
-            r, dec = rounding.decide(flat, d)
+            r, dec = rounding.decide(v2, d2)
             if not repeat_of_shared:
                 nb, nv = dec.bit_pos.numel(), dec.value_pos.numel()
                 if nb:
@@ -223,7 +227,7 @@ class RoundingEngine:
                 st.value_entries += nv
         else:
             dec = self._entries_for(start, flat.numel())
-            r, rep = rounding.apply(flat, d, dec)
+            r, rep = rounding.apply(v2, d2, dec)
             st.corrections += rep.corrections
             st.implausible += rep.implausible
             st.breaches += rep.breaches
@@ -231,11 +235,15 @@ class RoundingEngine:
         return r.to(F64).reshape(v.shape)
 
     @staticmethod
-    def _bound(flat: torch.Tensor, chunk: int, beta: float) -> torch.Tensor:
-        """D = beta * u * (max |v| over the element's chunk): the disagreement bound."""
-        mag = torch.where(torch.isfinite(flat), flat.abs(), torch.zeros((), dtype=F64))
-        scale = mag.view(-1, chunk).amax(dim=1, keepdim=True) if flat.numel() else mag.view(0, 1)
-        return (scale * (beta * UNIT_ROUNDOFF_F64)).expand(-1, chunk).reshape(-1)
+    def _bound(flat: torch.Tensor, chunk: int, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(v as (chunks, chunk), D per chunk as (chunks, 1)) with D = beta * u * (max |v| in the chunk),
+        non-finite values left out of the max."""
+        v2 = flat.view(-1, chunk) if flat.numel() else flat.view(0, 1)
+        scale = v2.abs().amax(dim=1, keepdim=True) if flat.numel() else v2[:, :1]
+        if not torch.isfinite(scale).all():
+            finite = torch.where(torch.isfinite(v2), v2.abs(), torch.zeros((), dtype=F64))
+            scale = finite.amax(dim=1, keepdim=True)
+        return v2, scale * (beta * UNIT_ROUNDOFF_F64)
 
     def _entries_for(self, start: int, n: int) -> Decisions:
         log = self.log
@@ -268,7 +276,8 @@ class RoundingEngine:
             raise RoundLogError(f"calibration: no recorded values for site {info.key} at stream position {start}")
         stored = (stored[0][at : at + n], stored[1][at : at + n])
         va, ra = stored
-        scale = self._bound(va, info.chunk_numel, 1.0)  # u * chunk max |v|
+        _, unit = self._bound(va, info.chunk_numel, 1.0)  # u * chunk max |v|
+        scale = unit.expand(-1, info.chunk_numel).reshape(-1)
         diff = (flat - va).abs()
         ok = torch.isfinite(va) & torch.isfinite(flat) & (scale > 0)
         if ok.any():

@@ -15,6 +15,7 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -103,3 +104,19 @@ ROUTES = {
     "conv2d": conv2d,
     "scaled_dot_product_attention": scaled_dot_product_attention,
 }
+
+
+class NumpyProducts(TorchFunctionMode):
+    """Plain (unrounded) training with the products routed through NumPy: the baseline
+    that shows how much a change of BLAS alone moves ordinary float32/float64 training."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        key = {"__matmul__": "matmul", "__rmatmul__": "matmul"}.get(name, name)
+        route = ROUTES.get(key)
+        if route is None:
+            return func(*args, **kwargs)
+        if name == "__rmatmul__":
+            args = (args[1], args[0]) + tuple(args[2:])
+        return route(*args, **kwargs)

@@ -66,31 +66,46 @@ class Decisions:
 
 
 def ambiguous(v: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """Where [v - d, v + d] rounds to more than one float32 value (d >= 0, float64)."""
+    """Where [v - d, v + d] rounds to more than one float32 value (d >= 0, float64, broadcast)."""
     return (v - d).to(F32) != (v + d).to(F32)
 
 
-def decide(v: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, Decisions]:
-    """Trainer side: round a flat float64 tensor and list the entries to log.
+def _as_rows(v: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both as 2-D: v (n, c) and d (n, 1) or (n, c). Flat inputs become one column."""
+    if v.dim() == 1:
+        return v.view(-1, 1), d.reshape(-1, 1)
+    return v, d
 
-    ``d`` is the per-element disagreement bound (flat float64, same shape, >= 0).
-    Returns the float32 result and the entries. Non-finite values are never logged.
-    """
-    r = v.to(F32)
+
+def _candidates(v2: torch.Tensor, d2: torch.Tensor, cols: int, half: bool = False):
+    """Flat positions, values and bounds where the rounding is ambiguous; finite, nonzero."""
+    dd = d2 * 0.5 if half else d2
+    rows, cs = ambiguous(v2, dd).nonzero(as_tuple=True)
+    vs = v2[rows, cs]
     # Exact zeros are structural (masked positions, unselected pooling inputs); a
     # machine that instead computes a tiny nonzero there shows up as a breach.
-    amb = ambiguous(v, d) & torch.isfinite(v) & torch.isfinite(r) & (v != 0)
-    idx = amb.nonzero().flatten()
+    keep = torch.isfinite(vs) & torch.isfinite(vs.to(F32)) & (vs != 0)
+    rows, cs, vs = rows[keep], cs[keep], vs[keep]
+    return rows * cols + cs, vs, d2.expand_as(v2)[rows, cs]
+
+
+def decide(v: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, Decisions]:
+    """Trainer side: round a float64 tensor and list the entries to log.
+
+    ``v`` is flat, or (chunks, chunk size) with ``d`` of shape (chunks, 1): the
+    disagreement bound per element (float64, >= 0). Returns the flat float32 result
+    and the entries, positions in the flattened tensor. Non-finite values are never logged.
+    """
+    v2, d2 = _as_rows(v, d)
+    r = v2.to(F32).reshape(-1)
+    idx, va, da = _candidates(v2, d2, v2.shape[1])
     if idx.numel() == 0:
-        empty_i = idx
-        return r, Decisions(empty_i, torch.zeros(0, dtype=torch.bool), empty_i, torch.zeros(0, dtype=F32))
-    va, da, ra = v[idx], d[idx], r[idx]
+        return r, Decisions(idx, torch.zeros(0, dtype=torch.bool), idx, torch.zeros(0, dtype=F32))
+    ra = r[idx]
     lo, hi = bracket(va)
     narrow = da < BIT_ENTRY_MAX_D_OVER_SPACING * (hi - lo)
-    bit_idx = idx[narrow]
     bit_up = ra[narrow].to(F64) == hi[narrow]
-    value_idx = idx[~narrow]
-    return r, Decisions(bit_idx, bit_up, value_idx, ra[~narrow])
+    return r, Decisions(idx[narrow], bit_up, idx[~narrow], ra[~narrow])
 
 
 @dataclass
@@ -106,29 +121,29 @@ class ApplyReport:
 
 
 def apply(v: torch.Tensor, d: torch.Tensor, dec: Decisions) -> tuple[torch.Tensor, ApplyReport]:
-    """Auditor side: round a flat float64 tensor, applying the trainer's entries."""
+    """Auditor side: round a float64 tensor (shaped as for :func:`decide`), applying the entries."""
+    v2, d2 = _as_rows(v, d)
+    cols = v2.shape[1]
     rep = ApplyReport()
-    r = v.to(F32)
-    logged = torch.zeros(v.shape, dtype=torch.bool)
-    if dec.bit_pos.numel():
-        p = dec.bit_pos
-        vp, dp = v[p], d[p]
+    r = v2.to(F32).reshape(-1)
+    dfull = d2.expand_as(v2)
+    for p, bits, values in ((dec.bit_pos, dec.bit_up, None), (dec.value_pos, None, dec.value)):
+        if not p.numel():
+            continue
+        rows, cs = p // cols, p % cols
+        vp, dp = v2[rows, cs], dfull[rows, cs]
         lo, hi = bracket(vp)
-        mid = (lo + hi) * 0.5  # exact: lo and hi are float32 values
-        want = torch.where(dec.bit_up, hi, lo).to(F32)
+        if values is None:
+            mid = (lo + hi) * 0.5  # exact: lo and hi are float32 values
+            want = torch.where(bits, hi, lo).to(F32)
+            rep.implausible += int(((vp - mid).abs() > 2 * dp).sum() + (lo == hi).sum())
+        else:
+            want = values
+            rep.implausible += int(((values.to(F64) - vp).abs() > 2 * dp + (hi - lo)).sum())
         rep.corrections += int((want != r[p]).sum())
-        rep.implausible += int(((vp - mid).abs() > 2 * dp).sum() + (lo == hi).sum())
         r[p] = want
-        logged[p] = True
-    if dec.value_pos.numel():
-        p = dec.value_pos
-        vp, dp = v[p], d[p]
-        rep.corrections += int((dec.value != r[p]).sum())
-        lo, hi = bracket(vp)
-        rep.implausible += int(((dec.value.to(F64) - vp).abs() > 2 * dp + (hi - lo)).sum())
-        r[p] = dec.value
-        logged[p] = True
-    half = 0.5 * d
-    breach = ambiguous(v, half) & ~logged & torch.isfinite(v) & (v != 0)
-    rep.breaches += int(breach.sum())
+    near, _, _ = _candidates(v2, d2, cols, half=True)
+    if near.numel():
+        logged = torch.cat([dec.bit_pos, dec.value_pos])
+        rep.breaches += int((~torch.isin(near, logged)).sum())
     return r, rep
