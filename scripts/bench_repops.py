@@ -3,7 +3,9 @@
 For each thread count the script runs itself in a child process with the BLAS, OpenMP
 (torch) and numba thread counts set in the environment, so every library starts with
 that many threads. Within a child, the reproducible call and its NumPy counterpart
-alternate; each printed ratio is median(reproducible) / median(NumPy) over the repeats.
+alternate; each printed ratio is median(reproducible) / median(NumPy) over the repeats,
+followed by min/min (best of the repeats: on a shared, loaded machine the least
+disturbed pair; multi-threaded BLAS suffers most from other processes).
 
     python scripts/bench_repops.py [--threads 1 2] [--repeats 7] [--quick]
 """
@@ -20,8 +22,8 @@ MATMUL_SHAPES = ((256, 256, 256), (1024, 1024, 1024), (64, 4096, 4096))
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
-def _paired_medians(ours, theirs, repeats: int) -> tuple[float, float]:
-    """Median seconds of each callable, calls interleaved so load changes hit both."""
+def _paired_times(ours, theirs, repeats: int) -> dict:
+    """Median and minimum seconds of each callable, calls interleaved so load changes hit both."""
     import numpy as np
 
     ours()
@@ -34,7 +36,13 @@ def _paired_medians(ours, theirs, repeats: int) -> tuple[float, float]:
         start = time.perf_counter()
         ours()
         t_ours.append(time.perf_counter() - start)
-    return float(np.median(t_ours)), float(np.median(t_theirs))
+    return {"ours": float(np.median(t_ours)), "numpy": float(np.median(t_theirs)),
+            "ours_min": min(t_ours), "numpy_min": min(t_theirs)}
+
+
+def _row(case: str, times: dict, **extra) -> dict:
+    return {"case": case, "numpy_ms": 1e3 * times["numpy"], "ratio": times["ours"] / times["numpy"],
+            "ratio_min": times["ours_min"] / times["numpy_min"], **extra}
 
 
 def _matmul_rows(repeats: int) -> list[dict]:
@@ -48,10 +56,9 @@ def _matmul_rows(repeats: int) -> list[dict]:
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         prepared = prepare_b(b)
-        ours, base = _paired_medians(lambda: matmul(a, b), lambda: a @ b, repeats)  # exact: baseline timing only
-        reuse, base2 = _paired_medians(lambda: matmul(a, prepared), lambda: a @ b, repeats)  # exact: baseline timing only
-        rows.append({"case": f"matmul {m}x{k}x{n}", "numpy_ms": 1e3 * base, "ratio": ours / base,
-                     "ratio_prepared_b": reuse / base2})
+        plain = _paired_times(lambda: matmul(a, b), lambda: a @ b, repeats)  # exact: baseline timing only
+        reuse = _paired_times(lambda: matmul(a, prepared), lambda: a @ b, repeats)  # exact: baseline timing only
+        rows.append(_row(f"matmul {m}x{k}x{n}", plain, ratio_prepared_b=reuse["ours"] / reuse["numpy"]))
     return rows
 
 
@@ -91,8 +98,8 @@ def _elementwise_rows(repeats: int, quick: bool) -> list[dict]:
     for size in sizes:
         x = rng.standard_normal((size // 1024, 1024)).astype(np.float32)
         for name, ours_fn, numpy_fn in cases:
-            ours, base = _paired_medians(lambda: ours_fn(x), lambda: numpy_fn(x), max(3, repeats // 2))
-            rows.append({"case": f"{name} {x.size:.0e}", "numpy_ms": 1e3 * base, "ratio": ours / base})
+            times = _paired_times(lambda: ours_fn(x), lambda: numpy_fn(x), max(3, repeats // 2))
+            rows.append(_row(f"{name} {x.size:.0e}", times))
     return rows
 
 
@@ -123,17 +130,18 @@ def main() -> None:
         return
     results = {t: _run_child(t, args) for t in args.threads}
     print(f"time ratio reproducible / NumPy float32 (median of {args.repeats}; lower is better)")
-    header = f"{'case':34s}" + "".join(f" | {t} thread{'s' if t > 1 else ''}: ratio (numpy ms)" for t in args.threads)
+    header = f"{'case':32s}" + "".join(
+        f" | {t} thread{'s' if t > 1 else ''}: median, min/min (numpy median ms){'':9s}" for t in args.threads)
     print(header)
     for i, row in enumerate(results[args.threads[0]]):
-        line = f"{row['case']:34s}"
+        line = f"{row['case']:32s}"
         for t in args.threads:
             r = results[t][i]
             if "missing" in r:
-                line += f" | {r['missing']:>32s}"
+                line += f" | {r['missing']:54s}"
                 continue
-            extra = f", reused B {r['ratio_prepared_b']:.2f}" if "ratio_prepared_b" in r else ""
-            line += f" | {r['ratio']:6.2f}x ({r['numpy_ms']:7.2f} ms){extra}"
+            extra = f", reused B {r['ratio_prepared_b']:5.2f}x" if "ratio_prepared_b" in r else " " * 18
+            line += f" | {r['ratio']:5.2f}x, {r['ratio_min']:5.2f}x ({r['numpy_ms']:7.2f} ms){extra}"
         print(line)
 
 
