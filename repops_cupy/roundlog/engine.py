@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import blake3
 import numpy as np
 import torch
 
@@ -68,13 +69,17 @@ class SiteStats:
 class StepResult:
     log: StepLog | None
     stats: dict[str, SiteStats] = field(default_factory=dict)
+    # per site in stream order: (key, 16-byte BLAKE3 of its float32 values in canonical
+    # layout), when the engine was asked to record them
+    site_digests: list[tuple[str, bytes]] | None = None
 
     def total(self, attr: str) -> int:
         return sum(getattr(s, attr) for s in self.stats.values())
 
 
 class RoundingEngine:
-    def __init__(self, mode: str, thresholds: Thresholds, calib_source: "RoundingEngine | None" = None):
+    def __init__(self, mode: str, thresholds: Thresholds, calib_source: "RoundingEngine | None" = None,
+                 site_digests: bool = False):
         if mode not in ("train", "replay", "calib_record", "calib_force"):
             raise ValueError(f"unknown engine mode {mode!r}")
         if (mode == "calib_force") != (calib_source is not None):
@@ -82,6 +87,7 @@ class RoundingEngine:
         self.mode = mode
         self.thresholds = thresholds
         self.calib_source = calib_source
+        self.record_site_digests = site_digests
         self._calib_store: dict = {}
 
     # ------------------------------------------------------------ step / pass structure
@@ -99,6 +105,7 @@ class RoundingEngine:
         self._bits: list[tuple[np.ndarray, np.ndarray]] = []
         self._values: list[tuple[np.ndarray, np.ndarray]] = []
         self._in_pass = False
+        self._digest_bufs: dict[int, torch.Tensor] = {}
         if self.mode == "replay":
             if log is None:
                 log = StepLog(step=step, stream_length=0)
@@ -143,11 +150,17 @@ class RoundingEngine:
                 log.value_pos, log.value = pos[order].astype(np.uint64), val[order]
             if np.unique(np.concatenate([log.bit_pos, log.value_pos])).size != log.entries:
                 raise RoundLogError("two entries at one stream position (a site was logged twice)")
-            return StepResult(log, self.stats)
+            return StepResult(log, self.stats, self._site_digests())
         if self.mode == "replay" and self._check_length and length != self.log.stream_length:
             raise LogFormatError(
                 f"step {self.step}: the log covers {self.log.stream_length} rounded values, this replay produced {length}")
-        return StepResult(None, self.stats)
+        return StepResult(None, self.stats, self._site_digests())
+
+    def _site_digests(self) -> list[tuple[str, bytes]] | None:
+        if not self.record_site_digests:
+            return None
+        return [(info.key, blake3.blake3(self._digest_bufs[info.base].numpy().tobytes()).digest(16))
+                for info in self.pass_sites + self.step_sites]
 
     def _stream_length(self) -> int:
         return self.pass_total + self._step_cursor
@@ -213,7 +226,9 @@ class RoundingEngine:
         beta = 0.0 if exact else self.thresholds.beta(key)
         repeat_of_shared = info.kind == SHARED and self.pass_index > 0 and self._in_pass
         if beta == 0.0:
-            return flat.to(F32).to(F64).reshape(v.shape)
+            r = flat.to(F32)
+            self._keep_for_digest(info, start, r)
+            return r.to(F64).reshape(v.shape)
         v2, d2 = self._bound(flat, info.chunk_numel, beta)
         if self.mode == "train":
             r, dec = rounding.decide(v2, d2)
@@ -232,7 +247,18 @@ class RoundingEngine:
             st.implausible += rep.implausible
             st.breaches += rep.breaches
             st.entries += dec.bit_pos.numel() + dec.value_pos.numel()
+        self._keep_for_digest(info, start, r)
         return r.to(F64).reshape(v.shape)
+
+    def _keep_for_digest(self, info: SiteInfo, start: int, r: torch.Tensor) -> None:
+        """Assemble the site's float32 values in canonical layout (only when digests are kept)."""
+        if not self.record_site_digests:
+            return
+        buf = self._digest_bufs.get(info.base)
+        if buf is None:
+            buf = self._digest_bufs[info.base] = torch.zeros(info.canonical_numel, dtype=F32)
+        at = start - info.base if info.kind != SHARED else 0
+        buf[at : at + r.numel()] = r
 
     @staticmethod
     def _bound(flat: torch.Tensor, chunk: int, beta: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,6 +13,7 @@ The model is built after ``torch.manual_seed(job.seed)``. Outputs in ``out_dir``
 
     checkpoints/step_000000.safetensors ...   every checkpoint_interval steps, and the last
     logs/step_000001.rlog ...                  every step's rounding log
+    logs/step_000001.sites ...                 optional: 16-byte digest per rounding site
     trace.json                                 state hash per checkpoint, the trace root,
                                                and per step: state hash, log bytes, entries, loss
 """
@@ -132,29 +133,39 @@ def _logfile(out: Path, step: int) -> Path:
     return out / "logs" / f"step_{step:06d}.rlog"
 
 
+def _sitefile(out: Path, step: int) -> Path:
+    return out / "logs" / f"step_{step:06d}.sites"
+
+
 def train_job(spec: str | Path | Mapping, out_dir: str | Path, *, threads: int | None = None,
-              backend: str = "torch", micro_batch: int | None = None, cheat=None) -> dict:
+              backend: str = "torch", micro_batch: int | None = None, site_digests: bool = False,
+              after_step=None) -> dict:
     """Train a ``torch-roundlog`` job; returns the trace document also written to trace.json.
 
-    ``cheat(step, trainer)``, if given, runs after each step (tests use it to play a
-    dishonest trainer that edits its state).
+    ``site_digests`` also writes ``logs/step_N.sites`` (16 bytes per rounding site), with
+    which a replay names the first site whose values differ. ``after_step(step, trainer)``
+    runs after each step, before the state is hashed and saved (tests use it to play a
+    dishonest trainer).
     """
     job = Job(spec)
     out = Path(out_dir)
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     trainer = RoundLogTrainer(job.model_factory(), job.optimizer, job.data,
-                              job.config(threads=threads, backend=backend, micro_batch=micro_batch))
+                              job.config(threads=threads, backend=backend, micro_batch=micro_batch,
+                                         site_digests=site_digests))
     ckpts = set(job.checkpoint_steps())
     checkpoints = [(0, trainer.save_checkpoint(_ckpt(out, 0)))]
     steps = []
     t0 = time.perf_counter()
     for i in range(1, job.steps + 1):
         digest, log = trainer.step(i)
-        if cheat is not None:
-            cheat(i, trainer)
+        if after_step is not None:
+            after_step(i, trainer)
             digest = trainer.state_hash()
         _logfile(out, i).write_bytes(log)
+        if site_digests:
+            _sitefile(out, i).write_bytes(trainer.site_digests())
         steps.append({"step": i, "state_hash": digest.hex(), "log_bytes": len(log),
                       "entries": trainer.last.total("entries"), "rounded": trainer.last.total("rounded"),
                       "loss": trainer.last_loss})
@@ -174,7 +185,8 @@ def replay_job(spec: str | Path | Mapping, run_dir: str | Path, *, start: int = 
 
     Compares each replayed state hash with the run's trace.json. Returns the first
     step whose hash differs (None if all match), per step the tallies (corrections
-    applied, implausible entries, margin breaches), and the recomputed hashes of the
+    applied, implausible entries, margin breaches, and where the run has site digests
+    the first site whose rounded values differ), and the recomputed hashes of the
     checkpoints reached.
     """
     job = Job(spec)
@@ -183,14 +195,16 @@ def replay_job(spec: str | Path | Mapping, run_dir: str | Path, *, start: int = 
     claimed = {s["step"]: s["state_hash"] for s in trace["steps"]}
     claimed.update({c["step"]: c["state_hash"] for c in trace["checkpoints"]})
     end = job.steps if end is None else end
+    has_sites = _sitefile(run, start + 1).exists()
     auditor = Auditor(job.model_factory(), job.optimizer, job.data,
-                      job.config(threads=threads, backend=backend, micro_batch=micro_batch))
+                      job.config(threads=threads, backend=backend, micro_batch=micro_batch, site_digests=has_sites))
     start_hash = auditor.load_checkpoint(_ckpt(run, start))
     first_mismatch = None if start_hash.hex() == claimed.get(start) else start
     per_step = []
     checkpoints = {}
     for i in range(start + 1, end + 1):
-        digest = auditor.replay_step(i, _logfile(run, i).read_bytes(), apply_log=apply_log)
+        sites = _sitefile(run, i).read_bytes() if has_sites else None
+        digest = auditor.replay_step(i, _logfile(run, i).read_bytes(), apply_log=apply_log, site_digests=sites)
         ok = digest.hex() == claimed.get(i)
         if not ok and first_mismatch is None:
             first_mismatch = i

@@ -42,6 +42,7 @@ class RunConfig:
     """How one party computes: none of this may change the result bits of a replayed step."""
 
     threads: int | None = None  # torch intra-op threads during the step (None: leave as is)
+    site_digests: bool = False  # also hash every site's rounded values (locates an escaped flip)
     backend: str = "torch"  # matrix products: "torch" (MKL) or "numpy" (OpenBLAS)
     micro_batch: int | None = None  # examples per forward/backward pass (None: the whole batch)
     thresholds: Thresholds = field(default_factory=Thresholds.measured)
@@ -81,7 +82,8 @@ class _Run:
         self.params = dict(self.model.named_parameters())
         self.optimizer: Optimizer = build_optimizer(optimizer_spec, self.params)
         self.engine = RoundingEngine(mode, self.config.thresholds,
-                                     calib_source.engine if calib_source is not None else None)
+                                     calib_source.engine if calib_source is not None else None,
+                                     site_digests=self.config.site_digests)
         self.step_done = 0
         self.last: StepResult | None = None
         self.last_log_hash: bytes | None = None
@@ -175,6 +177,12 @@ class RoundLogTrainer(_Run):
         self.last_log_hash = log_digest(log_bytes)
         return self.state_hash(), log_bytes
 
+    def site_digests(self) -> bytes:
+        """The last step's per-site digests, 16 bytes each in stream order (``site_digests`` config)."""
+        if self.last is None or self.last.site_digests is None:
+            raise ValueError("no site digests: run with RunConfig(site_digests=True)")
+        return b"".join(d for _, d in self.last.site_digests)
+
 
 class Auditor(_Run):
     """Replays logged steps: ``replay_step(i, log_bytes) -> state_hash``.
@@ -186,17 +194,37 @@ class Auditor(_Run):
     def __init__(self, model_factory, optimizer_spec, data, config: RunConfig | None = None):
         super().__init__("replay", model_factory, optimizer_spec, data, config)
 
-    def replay_step(self, i: int, log_bytes: bytes | None, apply_log: bool = True) -> bytes:
+    def replay_step(self, i: int, log_bytes: bytes | None, apply_log: bool = True,
+                    site_digests: bytes | None = None) -> bytes:
         """``apply_log=False`` rounds plainly but still commits to the log's digest, to show
-        what replay without the decisions gives (the state hashes then compare tensors)."""
+        what replay without the decisions gives (the state hashes then compare tensors).
+
+        ``site_digests`` (the trainer's :meth:`RoundLogTrainer.site_digests` for this step)
+        makes the report name the first site whose rounded values differ: where a flip
+        escaped the log. Needs ``config.site_digests``.
+        """
         log = StepLog.decode(log_bytes) if log_bytes is not None and apply_log else None
         self._run_step(i, log)
+        self.first_differing_site = None
+        if site_digests is not None:
+            mine = self.last.site_digests
+            if mine is None:
+                raise ValueError("comparing site digests needs RunConfig(site_digests=True)")
+            theirs = [site_digests[j : j + 16] for j in range(0, len(site_digests), 16)]
+            if len(theirs) != len(mine):
+                self.first_differing_site = (min(len(theirs), len(mine)), "<site count differs>")
+            else:
+                self.first_differing_site = next(
+                    ((j, key) for j, ((key, d), t) in enumerate(zip(mine, theirs)) if d != t), None)
         self.last_log_hash = log_digest(log_bytes) if log_bytes is not None else None
         return self.state_hash()
 
-    def report(self) -> dict[str, int]:
+    def report(self) -> dict:
         r = self.last
-        return {k: r.total(k) for k in ("corrections", "implausible", "breaches", "entries", "rounded")}
+        out = {k: r.total(k) for k in ("corrections", "implausible", "breaches", "entries", "rounded")}
+        if getattr(self, "first_differing_site", None) is not None:
+            out["first_differing_site"] = self.first_differing_site
+        return out
 
 
 @dataclass

@@ -182,7 +182,7 @@ def test_job_cheat_is_located_by_replay(tmp_path):
                 b = tr.params["head.bias"]
                 b[1] = (b[1] + 0.25).to(torch.float32).to(torch.float64)
 
-    train_job(raw, tmp_path / "cheat", cheat=cheat)
+    train_job(raw, tmp_path / "cheat", after_step=cheat)
     result = replay_job(raw, tmp_path / "cheat", start=2, backend="numpy")
     assert result["first_mismatch"] == 3
     assert [s["match"] for s in result["steps"]] == [False, False]
@@ -194,3 +194,25 @@ def test_job_spec_files_load():
         model = job.model_factory()()
         assert sum(p.numel() for p in model.parameters()) > 1000
         assert job.checkpoint_steps()[0] == 0 and job.checkpoint_steps()[-1] == job.steps
+
+
+def test_an_escaped_flip_is_reported_at_its_site(setup_of, thresholds, monkeypatch):
+    """An auditor whose products stray far beyond the bound (a broken BLAS, simulated):
+    its state hash differs and the site digests name the first site that went wrong."""
+    setup = setup_of("gpt")
+    config = RunConfig(threads=1, thresholds=thresholds, site_digests=True)
+    tr = RoundLogTrainer(*setup, config)
+    h, log = tr.step(1)
+    sites = tr.site_digests()
+    honest = Auditor(*setup, RunConfig(threads=1, backend="numpy", thresholds=thresholds, site_digests=True))
+    assert honest.replay_step(1, log, site_digests=sites) == h
+    assert "first_differing_site" not in honest.report()
+
+    from repops_cupy.roundlog import npbackend
+    exact_linear = npbackend.ROUTES["linear"]
+    monkeypatch.setitem(npbackend.ROUTES, "linear", lambda *a, **k: exact_linear(*a, **k) * (1 + 2.0 ** -30))
+    broken = Auditor(*setup, RunConfig(threads=1, backend="numpy", thresholds=thresholds, site_digests=True))
+    assert broken.replay_step(1, log, site_digests=sites) != h
+    index, key = broken.report()["first_differing_site"]
+    assert key == "linear:out0"
+    assert [k for k, _ in tr.last.site_digests][index] == "linear:out0"
