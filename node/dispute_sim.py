@@ -112,6 +112,8 @@ class SimResult:
     verdict: Verdict | None
     honest_id: bytes
     cheater_id: bytes
+    cheater_run: TrainingOracle | None = None
+    referee: Referee | None = None
     bytes: int = 0
     messages: int = 0
     refused: int = 0
@@ -225,14 +227,14 @@ def simulate(training: TrainingProgram, strategy: str, *, cheater_role: str = PR
                            role=AUDITOR if cheater_role == PROVIDER else PROVIDER,
                            side=CHALLENGER if cheater_role == PROVIDER else DEFENDER)
     result = SimResult(strategy, cheater_role, seed, cheat.description, cheat.truth, terms, program, None,
-                       honest_key.node_id, cheater_key.node_id)
+                       honest_key.node_id, cheater_key.node_id, cheater_run=cheat.oracle)
     started = time.perf_counter()
     if cheater.trace_root.statement != upright.trace_root.statement:
         referee = Referee(identity=CLIENT, terms=terms, batch_hashes=batch_hashes(training))
         playing = RewritingParty(cheater, cheat.rewrite) if cheat.rewrite else cheater
         auditor, provider = (upright, playing) if cheater_role == PROVIDER else (playing, upright)
         _play(referee, auditor, provider, result)
-        result.verdict = referee.verdict
+        result.verdict, result.referee = referee.verdict, referee
     elapsed = time.perf_counter() - started
     done = _stage_seconds(honest.timer, cheat_timer)
     result.timings = Timings(
