@@ -31,28 +31,31 @@ ENGINES = ("int8", "float64", "torch")
 
 @functools.cache
 def int8_available() -> bool:
-    """True if torch._int_mm gives exact int32 sums here, probed on saturating inputs."""
+    """True if torch._int_mm gives exact int32 sums here, probed on saturating inputs.
+
+    Constant matrices at the int8 extremes (where int16 intermediates would saturate)
+    have a known product, K * x * y; the shapes span small and large kernels. A random
+    probe is checked against an exact float64 product.
+    """
     try:
         import torch  # noqa: PLC0415 - heavy optional import, only for this engine
     except ImportError:
         return False
-    rng = np.random.default_rng(0)
-    k = 4096
-    probes = [
-        (np.full((16, k), -128, np.int8), np.full((k, 16), -128, np.int8)),
-        (np.full((16, k), 127, np.int8), np.full((k, 16), -128, np.int8)),
-        (np.full((16, k), -128, np.int8), np.full((k, 16), 127, np.int8)),
-        (rng.integers(-128, 128, (48, k), dtype=np.int8), rng.integers(-128, 128, (k, 40), dtype=np.int8)),
-    ]
     try:
-        for a, b in probes:
-            got = torch._int_mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
-            want = a.astype(np.int64) @ b.astype(np.int64)  # exact: int64 products and sums < 2^63
-            if not np.array_equal(got.astype(np.int64), want):
-                return False
+        for (m, k, n) in ((16, 4096, 16), (300, 2048, 260), (512, 2048, 512)):
+            for x, y in ((-128, -128), (127, -128), (-128, 127), (127, 127)):
+                a = torch.full((m, k), x, dtype=torch.int8)
+                b = torch.full((k, n), y, dtype=torch.int8)
+                if not bool((torch._int_mm(a, b) == k * x * y).all()):
+                    return False
+        rng = np.random.default_rng(0)
+        a = rng.integers(-128, 128, (96, 8192), dtype=np.int8)
+        b = rng.integers(-128, 128, (8192, 80), dtype=np.int8)
+        got = torch._int_mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+        want = a.astype(np.float64) @ b.astype(np.float64)  # exact: integer sums below 2^27
+        return bool(np.array_equal(got.astype(np.float64), want))
     except RuntimeError:
         return False
-    return True
 
 
 def diagonal_blocks():
