@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -99,7 +99,7 @@ def _same_float(value: float, default: Any) -> bool:
     return isinstance(default, float) and (value == default or (math.isnan(value) and math.isnan(default)))
 
 
-def batch_hashes(training: TrainingProgram):
+def batch_hashes(training: TrainingProgram) -> Callable[[int], dict[str, bytes]]:
     """The referee's `BatchOracle`: it rebuilds step s's batch (training step s - 1) from the job's data."""
     def hashes(step: int) -> dict[str, bytes]:
         return {name: hash_tensor(value) for name, value in training.batch(step - 1).items()}
