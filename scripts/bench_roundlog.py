@@ -35,7 +35,7 @@ from repops_cupy.roundlog.job import Job
 from repops_cupy.roundlog.npbackend import NumpyProducts
 from repops_cupy.roundlog.state import trace_root
 from repops_cupy.roundlog.thresholds import MARGIN, Thresholds
-from repops_cupy.roundlog.trainer import Auditor, RoundLogTrainer, RunConfig, calibrate
+from repops_cupy.roundlog.trainer import Auditor, RoundLogTrainer, calibrate
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = {"cnn": ROOT / "scripts/jobs/cnn-roundlog.toml", "gpt": ROOT / "scripts/jobs/gpt-roundlog.toml"}
@@ -49,43 +49,47 @@ PUBLISHED_BITS_PER_VALUE = 1.6
 TABLE = ROOT / "repops_cupy/roundlog/calibrated.py"
 
 
-def plain_training(job: Job, dtype: torch.dtype, steps: int, threads: int | None = 1, backend: str = "torch",
-                   micro_batch: int | None = None) -> tuple[list[float], list[bytes]]:
+class PlainRun:
     """Ordinary torch training of the same model and data (torch.optim, mean loss, gradient
-    accumulation over micro-batches). Returns step times and, per step, a hash of the
+    accumulation over micro-batches); ``step(i)`` returns its time and a hash of the
     parameters cast to float32."""
-    model = job.model_factory()().to(dtype)
-    model.train()
-    o = job.optimizer
-    if o["name"] == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o["momentum"], weight_decay=o["weight_decay"])
-    else:
-        opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=o["betas"], eps=o["eps"],
-                                weight_decay=o["weight_decay"])
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(threads or old_threads)
-    times, hashes = [], []
-    try:
-        for i in range(1, steps + 1):
-            x, y = job.data.batch(i)
-            x = x.to(dtype) if x.is_floating_point() else x
-            mb = micro_batch or x.shape[0]
+
+    def __init__(self, job: Job, dtype: torch.dtype, threads: int | None = 1, backend: str = "torch",
+                 micro_batch: int | None = None):
+        self.job, self.dtype, self.threads, self.backend, self.micro_batch = job, dtype, threads, backend, micro_batch
+        self.model = job.model_factory()().to(dtype)
+        self.model.train()
+        o = job.optimizer
+        if o["name"] == "sgd":
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=o["lr"], momentum=o["momentum"],
+                                       weight_decay=o["weight_decay"])
+        else:
+            self.opt = torch.optim.AdamW(self.model.parameters(), lr=o["lr"], betas=o["betas"], eps=o["eps"],
+                                         weight_decay=o["weight_decay"])
+
+    def step(self, i: int) -> tuple[float, bytes]:
+        x, y = self.job.data.batch(i)
+        x = x.to(self.dtype) if x.is_floating_point() else x
+        mb = self.micro_batch or x.shape[0]
+        old_threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads or old_threads)
+        try:
             t = time.perf_counter()
-            opt.zero_grad()
+            self.opt.zero_grad()
             for s in range(0, x.shape[0], mb):
-                with NumpyProducts() if backend == "numpy" else contextlib.nullcontext():
-                    logits = model(x[s:s + mb])
+                with NumpyProducts() if self.backend == "numpy" else contextlib.nullcontext():
+                    logits = self.model(x[s:s + mb])
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[s:s + mb].reshape(-1))
                 (loss * (mb / x.shape[0])).backward()
-            opt.step()
-            for m in model.modules():  # ghost batch-norm folds its statistics once per step
+            self.opt.step()
+            for m in self.model.modules():  # ghost batch-norm folds its statistics once per step
                 if hasattr(m, "step_end"):
                     m.step_end(lambda key, t, exact=False: t)
-            times.append(time.perf_counter() - t)
-            hashes.append(hash_tensor(torch.cat([p.detach().reshape(-1).float() for p in model.parameters()]).numpy()))
-    finally:
-        torch.set_num_threads(old_threads)
-    return times, hashes
+            elapsed = time.perf_counter() - t
+        finally:
+            torch.set_num_threads(old_threads)
+        flat = torch.cat([p.detach().reshape(-1).float() for p in self.model.parameters()])
+        return elapsed, hash_tensor(flat.numpy())
 
 
 def plain_divergence(job: Job, steps: int, pairs: list[str]) -> dict:
@@ -93,11 +97,15 @@ def plain_divergence(job: Job, steps: int, pairs: list[str]) -> dict:
     leaves the reference run (parameters compared as float32)."""
     out = {}
     for dtype, label in ((torch.float32, "float32"), (torch.float64, "float64")):
-        _, ref = plain_training(job, dtype, steps)
+        ref = PlainRun(job, dtype)
+        others = {pair: PlainRun(job, dtype, **PAIRS[pair]) for pair in pairs}
+        for i in range(1, steps + 1):
+            h = ref.step(i)[1]
+            for pair, run in others.items():
+                if run.step(i)[1] != h and f"{label}/{pair}" not in out:
+                    out[f"{label}/{pair}"] = i
         for pair in pairs:
-            _, other = plain_training(job, dtype, steps, **PAIRS[pair])
-            first = next((i + 1 for i, (a, b) in enumerate(zip(ref, other)) if a != b), None)
-            out[f"{label}/{pair}"] = first
+            out.setdefault(f"{label}/{pair}", None)
     return out
 
 
@@ -109,15 +117,17 @@ def bench_model(name: str, steps: int, pairs: list[str], interval: int) -> dict:
     n_params = sum(p.numel() for p in factory().parameters())
     out["parameters"] = n_params
 
-    t32 = plain_training(job, torch.float32, steps + 1)[0][1:]
-    t64 = plain_training(job, torch.float64, steps + 1)[0][1:]
     out["plain_first_differing_step"] = plain_divergence(job, steps, pairs)
 
+    # the four kinds of step interleaved, so that load from other processes hits all alike
+    plain32, plain64 = PlainRun(job, torch.float32), PlainRun(job, torch.float64)
     trainer = RoundLogTrainer(factory, job.optimizer, job.data, job.config(**REFERENCE))
     auditor = Auditor(factory, job.optimizer, job.data, job.config(**REFERENCE))
-    hashes, logs, t_train, t_replay = [trainer.state_hash()], [], [], []
+    hashes, logs, t32, t64, t_train, t_replay = [trainer.state_hash()], [], [], [], [], []
     entries = rounded = value_entries = 0
     for i in range(1, steps + 1):
+        t32.append(plain32.step(i)[0])
+        t64.append(plain64.step(i)[0])
         t = time.perf_counter()
         h, log = trainer.step(i)
         t_train.append(time.perf_counter() - t)
@@ -130,8 +140,8 @@ def bench_model(name: str, steps: int, pairs: list[str], interval: int) -> dict:
         entries += trainer.last.total("entries")
         value_entries += trainer.last.total("value_entries")
         rounded += trainer.last.total("rounded")
-    med32 = statistics.median(t32)
-    out["time_per_step_s"] = {"float32": med32, "float64": statistics.median(t64),
+    med32 = statistics.median(t32[1:] or t32)  # the first step of each warms up
+    out["time_per_step_s"] = {"float32": med32, "float64": statistics.median(t64[1:] or t64),
                               "roundlog_train": statistics.median(t_train[1:] or t_train),
                               "roundlog_replay": statistics.median(t_replay[1:] or t_replay)}
     out["time_ratio_to_float32"] = {k: v / med32 for k, v in out["time_per_step_s"].items()}

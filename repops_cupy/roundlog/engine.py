@@ -30,7 +30,7 @@ import torch
 
 from . import rounding
 from .codec import LogFormatError, StepLog
-from .rounding import F32, F64, UNIT_ROUNDOFF_F64, ApplyReport, Decisions
+from .rounding import F32, F64, UNIT_ROUNDOFF_F64, Decisions
 from .thresholds import Thresholds
 
 

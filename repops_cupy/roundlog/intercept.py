@@ -27,7 +27,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
@@ -159,7 +158,6 @@ class _RoundedOp(torch.autograd.Function):
         ctx.call, ctx.local_in = call, local
         ctx.local_out = [flat_out[j] for j in floats]
         ctx.out_shapes = [flat_out[j].shape for j in floats]
-        ctx.spec, ctx.n_out = spec, len(rounded)
         tensors_out = [r for r in rounded if isinstance(r, torch.Tensor)]
         nondiff = [r for r in tensors_out if not r.is_floating_point()]
         if nondiff:

@@ -3,10 +3,12 @@
 The state after a step is the set of named tensors that carries into the next
 step: ``param.<name>`` and ``buffer.<name>`` (float32: every value is one),
 ``optim.<param>.<slot>`` and ``optim.steps``, ``data.step`` (the data cursor), and
-the leaf ``roundlog.log``: the hash of the step's rounding log, so a state hash
-commits to the decisions that produced it. The state hash is the Merkle root over
-the leaves ``name bytes + hash_tensor(tensor)``, sorted by name. A job's trace is
-the Merkle root over the state hashes of its checkpoints, in step order.
+the leaf ``roundlog.log``: the hash of the step's rounding log (``hash_tensor`` of
+its bytes as a uint8 array), so a state hash commits to the decisions that produced
+it. The state hash is the project's (``repops_cupy.checkpoint``): the Merkle root
+over the leaves ``u16 len(name) || name || hash_tensor(tensor)`` in the order of the
+names' UTF-8 bytes, so the protocol's inclusion proofs work on these states too. A
+job's trace is the Merkle root over the state hashes of its checkpoints, in step order.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
+from ..checkpoint import sorted_names, state_leaf
 from ..hashing import hash_tensor
 from ..merkle import merkle_root
 
@@ -44,7 +47,7 @@ def state_hash(tensors: Mapping[str, np.ndarray], log_hash: bytes | None) -> byt
     leaves = {name: hash_tensor(a) for name, a in tensors.items()}
     if log_hash is not None:
         leaves[LOG_LEAF] = log_hash
-    return merkle_root([name.encode() + digest for name, digest in sorted(leaves.items())])
+    return merkle_root([state_leaf(name, leaves[name]) for name in sorted_names(leaves)])
 
 
 def trace_root(checkpoint_hashes: list[bytes]) -> bytes:

@@ -19,7 +19,6 @@ One step ``i`` (1-based; state 0 is the initial one) on batch ``data.batch(i)``:
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -30,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .codec import StepLog
-from .engine import RoundingEngine, RoundLogError, SiteStats, StepResult
+from .engine import RoundingEngine, RoundLogError, StepResult
 from .intercept import RoundingMode, mark_batch
 from .optim import Optimizer, build_optimizer
 from .state import load_checkpoint, log_digest, save_checkpoint, state_hash, to_canonical

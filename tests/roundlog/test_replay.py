@@ -161,7 +161,7 @@ def _job_raw(steps=4, interval=2):
 def test_job_writes_checkpoints_logs_and_trace_and_replays(tmp_path):
     raw = _job_raw()
     run = tmp_path / "run"
-    trace = train_job(raw, run)
+    train_job(raw, run)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
         "step_000000.safetensors", "step_000002.safetensors", "step_000004.safetensors"]
     assert len(list((run / "logs").iterdir())) == 4

@@ -1,6 +1,4 @@
 """Rounding decisions: what the trainer logs, and that an auditor within the bound lands on its bits."""
-import numpy as np
-import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
