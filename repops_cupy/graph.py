@@ -32,7 +32,10 @@ rest.
 
 The interpreter (`execute`) runs a step on NumPy or CuPy, frees each intermediate
 after its last use, and can hash every node's output in order: the list that the
-second level of a dispute bisects (`node_hashes_root` is its Merkle root).
+second level of a dispute bisects (`node_hashes_root` is its Merkle root). A graph
+checks its nodes' arity and attributes once when it is built, so the interpreter
+calls each op's forward directly -- the call `registry.run` makes after the same
+checks, hence the same bits as `run_node` for a referee.
 """
 from __future__ import annotations
 
@@ -102,6 +105,9 @@ class StepGraph:
     nodes: tuple[Node, ...]
     outputs: Mapping[str, int]
     _last_use: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    _frees: tuple[tuple[int, ...], ...] = field(default=(), repr=False, compare=False)
+    _dtypes: tuple[np.dtype, ...] = field(default=(), repr=False, compare=False)
+    _forwards: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         last = list(range(len(self.nodes)))
@@ -122,6 +128,26 @@ class StepGraph:
         if len(set(names)) != len(names):
             raise GraphError("two leaves share a name")
         object.__setattr__(self, "_last_use", tuple(last))
+        # what the interpreter may free after node i: the values whose last reader is i
+        frees: list[list[int]] = [[] for _ in self.nodes]
+        for j, i in enumerate(last):
+            frees[i].append(j)
+        object.__setattr__(self, "_frees", tuple(tuple(f) for f in frees))
+        object.__setattr__(self, "_dtypes", tuple(np.dtype(n.dtype) for n in self.nodes))
+        # Attributes are checked once here; the interpreter then makes the call that
+        # registry.run makes after its checks (forward(*inputs, **canonical attrs)).
+        forwards = []
+        for node in self.nodes:
+            if node.is_leaf:
+                forwards.append(None)
+                continue
+            op = registry.get(node.op)
+            if len(node.inputs) != op.arity:
+                raise GraphError(f"node {node.id} ({node.op}) has {len(node.inputs)} inputs, the op takes {op.arity}")
+            if op.canonical_attrs(node.attrs) != dict(node.attrs):
+                raise GraphError(f"node {node.id} ({node.op}) attributes are not canonical: {dict(node.attrs)}")
+            forwards.append(op.forward)
+        object.__setattr__(self, "_forwards", tuple(forwards))
 
     # --- structure -------------------------------------------------------------
     def __len__(self) -> int:
@@ -197,7 +223,7 @@ def check_leaf_values(graph: StepGraph, leaf_values: Mapping[str, Any]) -> None:
         raise GraphError(f"values given for unknown leaf tensor(s) {extra}")
     for name, i in leaves.items():
         node, value = graph.nodes[i], leaf_values[name]
-        if tuple(value.shape) != node.shape or str(value.dtype) != node.dtype:
+        if tuple(value.shape) != node.shape or value.dtype != graph._dtypes[i]:
             raise GraphError(
                 f"leaf {name!r}: expected {node.dtype} {node.shape}, got {value.dtype} {tuple(value.shape)}"
             )
@@ -232,31 +258,31 @@ def execute(
     node_hashes: list[bytes] | None = [] if hashes else None
     kept: dict[int, Any] = {}
     live_bytes = peak_bytes = 0
+    frees, dtypes, forwards = graph._frees, graph._dtypes, graph._forwards
     for node in graph.nodes[: last + 1]:
+        i = node.id
         if node.is_leaf:
             value = leaf_values[node.name]
             out = np.asarray(value) if xp is np else xp.asarray(value)
         else:
-            out = registry.run(node.op, [values[j] for j in node.inputs], node.attrs)
+            out = forwards[i](*[values[j] for j in node.inputs], **node.attrs)
             if xp is not np and isinstance(out, np.ndarray):
                 out = to_device(out, xp)  # ops without inputs ("full") make host arrays
-            if tuple(out.shape) != node.shape or str(out.dtype) != node.dtype:
+            if out.shape != node.shape or out.dtype != dtypes[i]:
                 raise GraphError(
-                    f"node {node.id} ({node.op}) gave {out.dtype} {tuple(out.shape)}, "
+                    f"node {i} ({node.op}) gave {out.dtype} {tuple(out.shape)}, "
                     f"the graph records {node.dtype} {node.shape}"
                 )
-        values[node.id] = out
+        values[i] = out
         live_bytes += out.nbytes
         peak_bytes = max(peak_bytes, live_bytes)
         if node_hashes is not None:
             node_hashes.append(hash_tensor(out))
-        if node.id in keep_set:
-            kept[node.id] = out
-        for j in set(node.inputs):
-            if graph.last_use(j) == node.id and j not in pinned:
+        if i in keep_set:
+            kept[i] = out
+        for j in frees[i]:  # includes i itself when nothing reads it
+            if j not in pinned:
                 live_bytes -= values.pop(j).nbytes
-        if graph.last_use(node.id) == node.id and node.id not in pinned:
-            live_bytes -= values.pop(node.id).nbytes  # read by nobody (possible only for a leaf)
     outputs: dict[str, Any] = {}
     if stop_after is None:
         convert = to_numpy if host_outputs else (lambda a: a)

@@ -6,7 +6,11 @@ with the step graph (`repops_cupy`), one with torch eager float32 and torch's ow
 optimizer. Each reports the median step time after warm-up steps and its peak
 resident memory; the parent prints one table. Run from the repository root:
 
-    python scripts/bench_train.py [--steps N] [--warmup W] [--jobs tiny-gpt,mlp]
+    python scripts/bench_train.py [--steps N] [--warmup W] [--threads T] [--jobs tiny-gpt,mlp]
+
+Both sides get the same thread count (default 1: on a shared, oversubscribed machine
+spinning thread pools make multi-threaded timings meaningless). Minimum and median
+step times are printed; the ratio uses the medians.
 """
 from __future__ import annotations
 
@@ -59,6 +63,8 @@ def _child(job: str, engine: str, steps: int, warmup: int) -> dict:
 
         from repops_cupy.torch_bridge import load_into_module, to_torch
 
+        torch.set_num_threads(int(os.environ["GAVEL_BENCH_THREADS"]))
+
         model = load_into_module(to_torch(program.net), program.initial_state())
         model.train()
         o = spec.optimizer
@@ -78,14 +84,17 @@ def _child(job: str, engine: str, steps: int, warmup: int) -> dict:
             opt.step()
             times.append(time.perf_counter() - t)
         extra = {"threads": torch.get_num_threads()}
-    return {"step_s": statistics.median(times[warmup:]), "base_mb": base_mb, "peak_mb": _rss_mb(), **extra,
+    return {"step_s": statistics.median(times[warmup:]), "min_s": min(times[warmup:]), "base_mb": base_mb, "peak_mb": _rss_mb(), **extra,
             "steps": steps, "np": np.__version__}
 
 
-def _run_child(job: str, engine: str, steps: int, warmup: int) -> dict:
+def _run_child(job: str, engine: str, steps: int, warmup: int, threads: int) -> dict:
+    t = str(threads)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GAVEL_BENCH_THREADS": t, "OMP_NUM_THREADS": t,
+           "OPENBLAS_NUM_THREADS": t, "MKL_NUM_THREADS": t, "NUMBA_NUM_THREADS": t}
     proc = subprocess.run(
         [sys.executable, __file__, "--child", job, engine, "--steps", str(steps), "--warmup", str(warmup)],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, capture_output=True, text=True, env=env,
     )
     if proc.returncode != 0:
         raise SystemExit(f"{job}/{engine} failed:\n{proc.stderr[-3000:]}")
@@ -97,21 +106,24 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per engine")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (JIT, caches)")
     parser.add_argument("--jobs", default="tiny-gpt,mlp")
+    parser.add_argument("--threads", type=int, default=1, help="threads for BLAS, numba and torch on both sides")
     parser.add_argument("--child", nargs=2, metavar=("JOB", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(_child(args.child[0], args.child[1], args.steps, args.warmup)))
         return 0
-    print(f"CPU cores: {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}; "
-          f"{args.steps} timed steps after {args.warmup} warm-up steps; median step time")
-    print(f"{'job':<10} {'engine':<18} {'step ms':>10} {'ratio':>7} {'peak RSS MB':>12} {'after setup MB':>15}  notes")
+    print(f"CPU cores: {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}; {args.threads} thread(s) each; "
+          f"{args.steps} timed steps after {args.warmup} warm-up steps")
+    print(f"{'job':<10} {'engine':<18} {'median ms':>10} {'min ms':>9} {'ratio':>7} {'peak RSS MB':>12} "
+          f"{'after setup MB':>15}  notes")
     for job in args.jobs.split(","):
-        ours = _run_child(job, "repops", args.steps, args.warmup)
-        ref = _run_child(job, "torch", args.steps, args.warmup)
+        ours = _run_child(job, "repops", args.steps, args.warmup, args.threads)
+        ref = _run_child(job, "torch", args.steps, args.warmup, args.threads)
         ratio = ours["step_s"] / ref["step_s"]
-        print(f"{job:<10} {'torch eager f32':<18} {ref['step_s'] * 1e3:>10.2f} {1.0:>7.2f} {ref['peak_mb']:>12.0f} "
-              f"{ref['base_mb']:>15.0f}  {ref['threads']} torch threads")
-        print(f"{job:<10} {'gavel step graph':<18} {ours['step_s'] * 1e3:>10.2f} {ratio:>7.2f} {ours['peak_mb']:>12.0f} "
+        print(f"{job:<10} {'torch eager f32':<18} {ref['step_s'] * 1e3:>10.2f} {ref['min_s'] * 1e3:>9.2f} {1.0:>7.2f} "
+              f"{ref['peak_mb']:>12.0f} {ref['base_mb']:>15.0f}  {ref['threads']} torch thread(s)")
+        print(f"{job:<10} {'gavel step graph':<18} {ours['step_s'] * 1e3:>10.2f} {ours['min_s'] * 1e3:>9.2f} {ratio:>7.2f} "
+              f"{ours['peak_mb']:>12.0f} "
               f"{ours['base_mb']:>15.0f}  {ours['nodes']} nodes, graph values peak {ours['graph_peak_mb']:.1f} MB, "
               f"trace {ours['trace_s']:.1f} s")
     return 0
