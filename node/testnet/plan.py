@@ -1,0 +1,158 @@
+"""Who plays what in a testnet, and which jobs it runs: a pure function of the options.
+
+Nodes are named ``provider-NN``, ``auditor-NN`` and ``client-NN``; each node's 32-byte
+seed derives from the testnet seed and its name, so the same options give the same
+keys, accounts, cheaters, strategies and jobs on every run. The cheaters are
+``cheaters`` of the providers, picked at random; their strategies are drawn from
+`node._cheats.STRATEGIES` (all but ``honest``), each used once before any repeats.
+
+Jobs are variants of one job file (the MLP of ``scripts/jobs/mlp.toml`` by default)
+with the steps and checkpoint interval the testnet asks for and a seed of their own,
+so every job is its own computation. Clients take them in turn.
+"""
+from __future__ import annotations
+
+import random
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import blake3
+
+from ..config import _toml_value  # the TOML writer of node settings serves job files too
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+DEFAULT_JOB = REPO_ROOT / "scripts" / "jobs" / "mlp.toml"
+PROVIDER, AUDITOR, CLIENT = "provider", "auditor", "client"
+
+
+@dataclass(frozen=True)
+class TestnetOptions:
+    nodes: int = 6            # providers
+    cheaters: int = 2         # of the providers
+    auditors: int = 1
+    clients: int = 2
+    jobs: int = 8
+    audit_rate: float = 1.0   # fraction of a job's checkpoint intervals each auditor replays
+    cheat_rate: float = 1.0   # fraction of its jobs a cheater cheats on
+    replicas: int = 1         # providers per job
+    seed: int = 0
+    steps: int = 8
+    checkpoint_every: int = 1
+    job_file: Path = DEFAULT_JOB
+    strategies: tuple[str, ...] = ()  # empty: every strategy of node._cheats but honest
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.nodes >= 1, "--nodes: at least one provider"),
+            (0 <= self.cheaters <= self.nodes, "--cheaters: between 0 and --nodes"),
+            (self.auditors >= 0, "--auditors: not negative"),
+            (self.clients >= 1, "--clients: at least one"),
+            (self.jobs >= 0, "--jobs: not negative"),
+            (0.0 <= self.audit_rate <= 1.0, "--audit-rate: between 0 and 1"),
+            (0.0 <= self.cheat_rate <= 1.0, "--cheat-rate: between 0 and 1"),
+            (1 <= self.replicas <= self.nodes, "--replicas: between 1 and --nodes"),
+            (self.steps >= 1 and self.checkpoint_every >= 1, "--steps and --checkpoint-every: positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    name: str
+    role: str
+    seed: bytes
+    cheat: str = ""          # a strategy of node._cheats, for a cheating provider
+    cheat_rate: float = 0.0
+
+    @property
+    def cheater(self) -> bool:
+        return bool(self.cheat)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    index: int
+    client: str
+    job_file: Path
+    seed: int
+
+
+@dataclass(frozen=True)
+class TestnetPlan:
+    options: TestnetOptions
+    nodes: tuple[NodePlan, ...]
+    jobs: tuple[JobPlan, ...] = field(default=())
+
+    def of_role(self, role: str) -> list[NodePlan]:
+        return [n for n in self.nodes if n.role == role]
+
+    def node(self, name: str) -> NodePlan:
+        return next(n for n in self.nodes if n.name == name)
+
+
+def node_seed(testnet_seed: int, name: str) -> bytes:
+    return blake3.blake3(f"gavel/testnet/v1/{testnet_seed}/{name}".encode()).digest()
+
+
+def cheat_strategies() -> list[str]:
+    from .._cheats import STRATEGIES
+
+    return [s for s in STRATEGIES if s != "honest"]
+
+
+def make_plan(options: TestnetOptions, jobs_dir: Path) -> TestnetPlan:
+    """The nodes and jobs of a testnet; writes the job files into ``jobs_dir``."""
+    rng = random.Random(options.seed)
+    names = {PROVIDER: [f"provider-{i:02d}" for i in range(options.nodes)],
+             AUDITOR: [f"auditor-{i:02d}" for i in range(options.auditors)],
+             CLIENT: [f"client-{i:02d}" for i in range(options.clients)]}
+    cheaters = set(rng.sample(names[PROVIDER], options.cheaters))
+    pool = list(options.strategies) or cheat_strategies()
+    known = set(cheat_strategies())
+    unknown = [s for s in pool if s not in known]
+    if unknown:
+        raise ValueError(f"unknown cheat strategies: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    drawn: list[str] = []
+    nodes = []
+    for role, role_names in names.items():
+        for name in role_names:
+            cheat = ""
+            if name in cheaters:
+                if not drawn:
+                    drawn = rng.sample(pool, len(pool))
+                cheat = drawn.pop()
+            nodes.append(NodePlan(name, role, node_seed(options.seed, name), cheat,
+                                  options.cheat_rate if cheat else 0.0))
+    jobs = tuple(_job(options, i, names[CLIENT][i % options.clients], jobs_dir) for i in range(options.jobs))
+    return TestnetPlan(options, tuple(nodes), jobs)
+
+
+def _job(options: TestnetOptions, index: int, client: str, jobs_dir: Path) -> JobPlan:
+    seed = options.seed * 1_000_003 + index + 1
+    path = jobs_dir / f"job-{index:03d}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(job_variant(options.job_file, steps=options.steps, checkpoint_every=options.checkpoint_every,
+                                seed=seed, name=f"testnet-{index:03d}"))
+    return JobPlan(index, client, path, seed)
+
+
+def job_variant(job_file: Path, *, steps: int, checkpoint_every: int, seed: int, name: str) -> str:
+    """The job file with other steps, checkpoint interval, seed and name; data paths made absolute."""
+    job_file = Path(job_file)
+    with open(job_file, "rb") as f:
+        tables = tomllib.load(f)
+    tables["job"].update(steps=steps, checkpoint_interval=checkpoint_every, seed=seed, name=name)
+    for key in ("path", "labels"):
+        value = tables.get("data", {}).get(key)
+        if isinstance(value, str) and value and not value.startswith("builtin:") and not Path(value).is_absolute():
+            tables["data"][key] = str((job_file.parent / value).resolve())
+    lines = []
+    for table, values in tables.items():
+        lines.append(f"[{table}]")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+        lines.append("")
+    return "\n".join(lines)
+

@@ -1,0 +1,40 @@
+"""The testnet plan: who plays what, which jobs, all from the options and the seed."""
+from __future__ import annotations
+
+import pytest
+
+from node.testnet.plan import AUDITOR, CLIENT, PROVIDER, TestnetOptions, cheat_strategies, make_plan
+from repops_cupy.jobspec import load_job
+
+
+def test_the_plan_follows_the_options_and_the_seed(tmp_path):
+    options = TestnetOptions(nodes=12, cheaters=10, auditors=2, clients=3, jobs=7, seed=5, steps=4, checkpoint_every=2)
+    plan = make_plan(options, tmp_path / "a")
+    again = make_plan(options, tmp_path / "b")
+    assert [(n.name, n.seed, n.cheat) for n in plan.nodes] == [(n.name, n.seed, n.cheat) for n in again.nodes]
+    assert [len(plan.of_role(r)) for r in (PROVIDER, AUDITOR, CLIENT)] == [12, 2, 3]
+    assert len({n.seed for n in plan.nodes}) == len(plan.nodes)
+    cheats = [n.cheat for n in plan.nodes if n.cheater]
+    assert len(cheats) == 10 and all(n.role == PROVIDER for n in plan.nodes if n.cheater)
+    # every strategy once before any repeats
+    assert len(set(cheats)) == min(10, len(cheat_strategies())) and set(cheats) <= set(cheat_strategies())
+    assert [j.client for j in plan.jobs] == ["client-00", "client-01", "client-02"] * 2 + ["client-00"]
+    specs = [load_job(j.job_file) for j in plan.jobs]
+    assert {(s.steps, s.checkpoint_interval) for s in specs} == {(4, 2)}
+    assert len({s.seed for s in specs}) == 7  # every job its own computation
+    other = make_plan(TestnetOptions(nodes=12, cheaters=10, seed=6), tmp_path / "c")
+    assert [n.seed for n in other.nodes] != [n.seed for n in plan.nodes]
+
+
+def test_strategies_can_be_chosen(tmp_path):
+    plan = make_plan(TestnetOptions(nodes=3, cheaters=3, strategies=("skip-step",)), tmp_path)
+    assert [n.cheat for n in plan.nodes if n.cheater] == ["skip-step"] * 3
+    with pytest.raises(ValueError, match="unknown cheat"):
+        make_plan(TestnetOptions(nodes=3, cheaters=1, strategies=("bribe",)), tmp_path)
+
+
+@pytest.mark.parametrize("bad", [dict(cheaters=7), dict(audit_rate=1.5), dict(replicas=0), dict(clients=0),
+                                 dict(steps=0)])
+def test_impossible_options_are_refused(bad):
+    with pytest.raises(ValueError):
+        TestnetOptions(nodes=6, **bad)
