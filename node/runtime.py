@@ -7,7 +7,8 @@ SIGTERM in ``gavel node start``) unwinds all of that in reverse; the api file go
 first, so ``gavel status`` never pings a node that is shutting down.
 
 Roles plug in by registering ``ROLE_RUNNERS["provider"] = async def run(node)``;
-the runner lives as long as the node and should not return early.
+the runner lives as long as the node and should not return early. ``node.roles``
+installs the provider, auditor and client runners (keeping any registered already).
 """
 from __future__ import annotations
 
@@ -72,6 +73,9 @@ class Node:
         return self.host.peer_id
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        from .roles import install_roles
+
+        install_roles(ROLE_RUNNERS)
         config = self.config
         with DataDirLock(config) if self._take_lock else contextlib.nullcontext():
             self.storage = Storage(config.db_file)

@@ -1,0 +1,251 @@
+"""The node's binding to the settlement contract: which chain, which contract, which account.
+
+Chain: ``config.chain`` is ``embedded`` (one in-process EVM per process, shared by every
+node of the process, so several in-process nodes settle on one chain) or a JSON-RPC URL
+(anvil on loopback for a local network of processes).
+
+Contract: ``config.contract`` when set. Otherwise the embedded chain's own deployment,
+or, on a URL chain, the *canonical dev deployment*: the first contract created by a
+fixed, publicly known deployer key. Its address follows from that key alone, so every
+node of a local network finds it without being told; the first node that looks deploys
+it (funding the deployer from the chain's unlocked accounts). Real chains name their
+contract with ``--contract``.
+
+Account: each node signs its transactions with a secp256k1 key derived from its node
+seed, so a restarted node keeps its account. On a dev chain (one with unlocked accounts:
+anvil, the embedded EVM) an account short of ether is funded from the first unlocked
+account; elsewhere the operator funds it.
+
+Every chain call blocks (HTTP or the in-process EVM), so ``await binding.run(fn, ...)``
+runs it in a worker thread, one call at a time per chain object: the embedded EVM is
+not thread-safe and local-key nonces are counted in the client.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable, TypeVar
+
+import blake3
+import trio
+
+from ..errors import ConfigError, LocalError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+EMBEDDED = "embedded"
+ETHER = 10**18
+# What the canonical deployment is created with; every node of a dev network agrees on it.
+DEV_DEPLOYER_KEY = blake3.blake3(b"gavel/dev-deployer/v1").digest()
+DEV_UNBONDING_DELAY = 7 * 24 * 3600
+DEV_MIN_STAKE = ETHER
+DEV_WINNER_SHARE_BPS = 5_000
+# An account below LOW_BALANCE is topped up with FUNDING on a dev chain.
+FUNDING = 1_000 * ETHER
+LOW_BALANCE = 100 * ETHER
+DEPLOY_WAIT = 30.0
+
+
+def parse_ether(text: str, what: str) -> int:
+    """Wei of a decimal ether amount ("1.5")."""
+    try:
+        value = Decimal(str(text).strip())
+    except InvalidOperation:
+        raise ConfigError(f"{what}: {text!r} is not an amount of ether") from None
+    wei = value * ETHER
+    if not value.is_finite() or value < 0 or wei != wei.to_integral_value():
+        raise ConfigError(f"{what}: {text!r} is not a non-negative amount of ether (at most 18 decimals)")
+    return int(wei)
+
+
+def format_ether(wei: int) -> str:
+    return f"{Decimal(wei) / ETHER:f}"
+
+
+def account_key(seed: bytes) -> bytes:
+    """The node's secp256k1 private key, derived from its node seed."""
+    return blake3.blake3(b"gavel/eth-account/v1\0" + seed).digest()
+
+
+def canonical_address(deployer: str) -> str:
+    """Address of the first contract ``deployer`` creates (nonce 0)."""
+    import rlp
+    from eth_utils import keccak, to_checksum_address
+
+    return to_checksum_address(keccak(rlp.encode([bytes.fromhex(deployer[2:]), 0]))[12:])
+
+
+# -- one chain object per process for the embedded EVM ------------------------------
+
+
+@dataclass
+class _Shared:
+    chain: Any
+    lock: threading.Lock
+    address: str | None = None
+
+
+_embedded: _Shared | None = None
+_embedded_guard = threading.Lock()
+
+
+def _embedded_chain() -> _Shared:
+    global _embedded
+    with _embedded_guard:
+        if _embedded is None:
+            from contracts import EmbeddedChain
+
+            _embedded = _Shared(EmbeddedChain(), threading.Lock())
+        return _embedded
+
+
+# -- the binding -----------------------------------------------------------------
+
+
+class ChainBinding:
+    """This node's account on the settlement contract. Build with ``open_binding``."""
+
+    def __init__(self, chain: Any, settlement: Any, lock: threading.Lock, *, dev: bool) -> None:
+        self.chain = chain
+        self.settlement = settlement  # bound to our account
+        self.account: str = settlement.account
+        self.address: str = settlement.address
+        self.dev = dev
+        self._lock = lock
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Call a blocking chain function in a worker thread, one at a time per chain."""
+
+        def locked() -> T:
+            with self._lock:
+                return fn(*args)
+
+        return await trio.to_thread.run_sync(locked)
+
+    def ensure_registered_sync(self, public_key: bytes, roles: Any, stake: int) -> None:
+        """Register with ``roles`` and ``stake`` unless already registered (a restart)."""
+        from contracts import NodeStatus
+
+        s = self.settlement
+        # Funded first: the embedded EVM refuses even a read from an account that cannot pay gas.
+        self._fund_sync(stake + ETHER // 10)
+        info = s.node(self.account)
+        if info.status != NodeStatus.NONE:
+            if info.ed25519_key != public_key:
+                raise LocalError(f"account {self.account} is registered with another node key")
+            return
+        s.register(public_key, roles, stake=stake if roles & 3 else 0)
+        log.info("registered %s on %s as %s with %s ether", self.account, self.address, roles, format_ether(stake))
+
+    def _fund_sync(self, need: int) -> None:
+        balance = self.chain.balance(self.account)
+        if balance >= need:
+            return
+        if not self.dev:
+            raise LocalError(f"account {self.account} holds {format_ether(balance)} ether, needs {format_ether(need)}: fund it")
+        self.chain.transact(_funder(self.chain), self.account, b"", value=max(FUNDING, need), gas=21_000)
+
+    def ensure_funds_sync(self, need: int) -> None:
+        """Top up our account on a dev chain when it holds less than ``need`` (and a margin)."""
+        if self.chain.balance(self.account) < need + ETHER:
+            self._fund_sync(need + LOW_BALANCE)
+
+    def key_of_sync(self, account: str) -> bytes:
+        """The Ed25519 node key ``account`` registered (32 zero bytes when none)."""
+        return self.settlement.node(account).ed25519_key
+
+    def close(self) -> None:
+        """Release the RPC connection (the embedded chain lives as long as the process)."""
+        if not hasattr(self.chain, "tester"):
+            self.chain.close()
+
+
+def _funder(chain: Any) -> str:
+    keys = getattr(chain, "_keys", {})
+    unlocked = [a for a in chain.accounts if a not in keys]
+    if not unlocked:
+        raise LocalError("this chain has no unlocked account to fund from")
+    return unlocked[0]
+
+
+def _has_code(chain: Any, address: str) -> bool:
+    if hasattr(chain, "tester"):
+        return len(chain.tester.get_code(address)) > 2  # "0x" when empty
+    return chain.rpc("eth_getCode", address, "latest") not in ("0x", "0x0", None)
+
+
+def _deploy_canonical(chain: Any) -> str:
+    """The canonical dev deployment on an RPC chain: found, or created now."""
+    import time
+
+    from contracts import ChainError, Settlement
+    from eth_account import Account
+
+    deployer = Account.from_key(DEV_DEPLOYER_KEY).address
+    address = canonical_address(deployer)
+    if _has_code(chain, address):
+        return address
+    if not [a for a in chain.accounts if a not in getattr(chain, "_keys", {})]:
+        raise LocalError(f"no settlement contract at {address} and no dev account to deploy it: pass --contract")
+    from contracts import RpcChain
+
+    deploying = RpcChain(chain.url, private_keys=(DEV_DEPLOYER_KEY,))
+    try:
+        if deploying.balance(deployer) < ETHER:
+            deploying.transact(_funder(deploying), deployer, b"", value=10 * ETHER, gas=21_000)
+        try:
+            Settlement.deploy(deploying, account=deployer, unbonding_delay=DEV_UNBONDING_DELAY,
+                              min_stake=DEV_MIN_STAKE, winner_share_bps=DEV_WINNER_SHARE_BPS)
+            log.info("deployed the settlement contract at %s", address)
+        except ChainError as error:  # another node deployed it first (nonce 0 is used)
+            log.info("deploying the settlement contract: %s; waiting for the other deployment", error)
+    finally:
+        deploying.close()
+    deadline = time.monotonic() + DEPLOY_WAIT
+    while not _has_code(chain, address):
+        if time.monotonic() > deadline:
+            raise LocalError(f"no settlement contract appeared at {address}")
+        time.sleep(0.2)
+    return address
+
+
+def open_binding_sync(config: Any, seed: bytes) -> ChainBinding:
+    """Connect to the configured chain and contract with this node's account (blocking)."""
+    from contracts import ChainError, RpcChain, Settlement
+    from eth_account import Account
+
+    key = account_key(seed)
+    account = Account.from_key(key).address
+    try:
+        if config.chain == EMBEDDED:
+            shared = _embedded_chain()
+            with shared.lock:
+                chain = shared.chain
+                if account not in chain.accounts:
+                    chain.tester.add_account("0x" + key.hex())
+                    chain.accounts.append(account)
+                if config.contract:
+                    address = config.contract
+                elif shared.address is None:
+                    deployed = Settlement.deploy(chain, unbonding_delay=DEV_UNBONDING_DELAY, min_stake=DEV_MIN_STAKE,
+                                                 winner_share_bps=DEV_WINNER_SHARE_BPS)
+                    address = shared.address = deployed.address
+                else:
+                    address = shared.address
+                lock = shared.lock
+        else:
+            if not config.chain.startswith(("http://", "https://")):
+                raise ConfigError(f"chain must be 'embedded' or an http(s) JSON-RPC URL, not {config.chain!r}")
+            chain = RpcChain(config.chain, private_keys=(key,))
+            address = config.contract or _deploy_canonical(chain)
+            lock = threading.Lock()
+        if not _has_code(chain, address):
+            raise LocalError(f"no contract at {address} on {config.chain}")
+    except ChainError as error:
+        raise LocalError(f"chain {config.chain}: {error}") from None
+    dev = any(a not in getattr(chain, "_keys", {}) for a in chain.accounts) or config.chain == EMBEDDED
+    return ChainBinding(chain, Settlement(chain, address, account), lock, dev=dev)

@@ -1,0 +1,685 @@
+"""The client role: submits a job, escrows its price, checks the results, referees, settles.
+
+Life of a job at its client (the row's state in storage):
+
+  opened     terms signed (they commit to the bundle's program, data and initial state),
+             bundle stored as blobs, price escrowed on chain (``openJob``)
+  handed     the wanted number of providers took a seat (offers over ``/gavel/job/1.0.0``;
+             each checked the terms and locked its stake on chain); job announced on gossip
+  verifying  every seat's trace report arrived (or the commit deadline passed); each is
+             checked against its signed root and the root committed on chain
+  verified   roots that differ were disputed (the client asks one provider to challenge
+             the other; it referees every dispute of the job, auditors' included, and
+             records each verdict on chain with ``rule``); the result (final weights and
+             trace) fetched from a provider that did not lose and checked against its
+             commitment
+  settled    the job settled on chain after its challenge window: honest providers paid,
+             losers slashed (or the price refunded when no honest result came)
+  unfilled   not enough providers took a seat before the acceptance deadline (refunded)
+
+Every step is resumable: a restarted client picks its jobs up from their rows.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+from libp2p.peer.id import ID
+
+from protocol import (
+    NEVER, Commitment, DisputeRules, Envelope, JobOffer, OpenDispute, Referee, RemoteProtocolError, dispute_id_of,
+    hash_tree,
+)
+
+from ..errors import BadMessage, LocalError, PeerError
+from ..framing import pack, unpack
+from ..streams import RequestRefused
+from .chain import ETHER, format_ether
+from .context import RoleContext
+from .disputes import RefereeSession, first_seq, outcome_of
+from .jobfiles import JOB_FILE, encode_bundle, install_job, job_dir, load_training, prepare_bundle
+from .job_protocols import (
+    JOB_LIMITS, JOB_PROTOCOL, TOPIC_JOBS, TOPIC_PROVIDERS, TOPIC_VERDICTS, Advert, Challenge, JobAnnouncement, Offer,
+    TraceReport, trace_request,
+)
+from .provider import _chain_error, _terms, withdraw_credit
+
+log = logging.getLogger(__name__)
+
+ROLE = "client"
+OFFER_TIMEOUT = 180.0  # a provider fetches the bundle and builds the program before answering
+ADVERT_FRESH = 30.0
+POLL = 1.0
+DONE_STATES = ("settled", "unfilled", "failed")
+
+
+@dataclass
+class SubmitOptions:
+    providers: int = 1
+    price: int = ETHER
+    stake: int = ETHER
+    accept_within: float = 120.0  # seconds from submission
+    commit_within: float = 600.0  # seconds after the acceptance deadline
+    challenge_within: float = 120.0  # seconds after the commit deadline
+    move_timeout: float = 60.0
+    clock: float = 600.0
+    provider_addrs: list[str] = field(default_factory=list)
+    out: str = ""
+
+    @property
+    def ruling_period(self) -> int:
+        """Seconds the referee has to rule: both parties' whole clocks, and a margin."""
+        return int(2 * self.clock + self.move_timeout + 120)
+
+
+@dataclass
+class ClientJob:
+    job_id: bytes
+    record: dict
+    state: str
+    training: Any = None
+    sessions: list[RefereeSession] = field(default_factory=list)
+    changed: trio.Event = field(default_factory=trio.Event)
+    done: trio.Event = field(default_factory=trio.Event)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    @property
+    def terms(self) -> Any:
+        return _terms(self.record)
+
+
+class ClientRole:
+    def __init__(self, ctx: RoleContext) -> None:
+        self.ctx = ctx
+        self.jobs: dict[bytes, ClientJob] = {}
+        self.adverts: dict[ID, tuple[float, Advert]] = {}
+        self.ready = trio.Event()
+        ctx.roles[ROLE] = self
+
+    async def run(self) -> None:
+        ctx = self.ctx
+        ctx.job_ops["commitment"] = self.on_commitment
+        ctx.open_handler = self.on_open
+        await ctx.on_gossip(TOPIC_PROVIDERS, self._on_advert)
+        await ctx.wait_chain()
+        for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
+            cj = ClientJob(job.job_id, unpack(job.spec), job.state)
+            self.jobs[job.job_id] = cj
+            if job.state in DONE_STATES:
+                cj.done.set()
+            else:
+                ctx.start_soon(self.drive, cj, name=f"client job {job.job_id.hex()[:12]}")
+            for row in await ctx.storage.run(lambda: ctx.storage.disputes(job_id=job.job_id)):
+                if unpack(row.state).get("kind") == "referee" and row.status != "recorded":
+                    ctx.start_soon(self._resume_session, cj, row.state, name="referee (resumed)")
+        self.ready.set()
+        await trio.sleep_forever()
+
+    # -- finding providers ------------------------------------------------------------
+
+    async def _on_advert(self, message: Any) -> None:
+        advert = Advert.from_wire(unpack(message.data, peer=message.origin), message.origin)
+        if advert.peer != str(message.origin):
+            return
+        self.adverts[message.origin] = (time.time(), advert)
+        self.ctx.remember(message.origin, advert.addrs)
+        await trio.lowlevel.checkpoint()
+
+    def _candidates(self, cj: ClientJob, options: SubmitOptions, skip: set[ID]) -> list[tuple[ID, list[str]]]:
+        out: list[tuple[ID, list[str]]] = []
+        for addr in options.provider_addrs:
+            peer = ID.from_base58(addr.rsplit("/p2p/", 1)[1])
+            if peer not in skip:
+                out.append((peer, [addr]))
+        terms = cj.terms.terms
+        fresh = sorted(((a.price_per_step, str(p), p, a) for p, (seen, a) in self.adverts.items()
+                        if time.time() - seen < ADVERT_FRESH), key=lambda x: (x[0], x[1]))
+        for price, _, peer, advert in fresh:
+            if peer in skip or peer == self.ctx.host.peer_id or any(peer == p for p, _ in out):
+                continue
+            if advert.capacity < 1 or price * terms.steps > terms.payment:
+                continue
+            if advert.contract.lower() != self.ctx.chain.address.lower():
+                continue
+            out.append((peer, advert.addrs))
+        return out
+
+    # -- submitting -------------------------------------------------------------------
+
+    async def submit(self, job_file: Path, options: SubmitOptions) -> bytes:
+        """Open the job on chain and hand it to providers; returns its id once they took it.
+        The rest (results, disputes, settlement) goes on in the background: `wait`."""
+        from repops_cupy.jobspec import JobSpecError, load_job
+
+        from ..training_oracle import job_terms
+
+        ctx = self.ctx
+        chain = await ctx.wait_chain()
+        await self.ready.wait()
+        try:
+            spec = await trio.to_thread.run_sync(load_job, job_file)
+        except JobSpecError as error:
+            raise LocalError(str(error)) from None
+        toml_text, files = prepare_bundle(spec)
+        file_ids = {name: await ctx.blobs.store.put_file(path) for name, path in files.items()}
+        bundle = await ctx.blobs.store.put(encode_bundle(toml_text, file_ids))
+        training = await trio.to_thread.run_sync(load_training, Path(job_file))
+        now = max(await chain.run(chain.chain.now), int(time.time()))
+        accept_by = now + int(options.accept_within)
+        commit_by = accept_by + int(options.commit_within)
+        challenge_by = commit_by + int(options.challenge_within)
+        rules = DisputeRules(move_timeout_ms=int(options.move_timeout * 1000), clock_ms=int(options.clock * 1000))
+        signed = await trio.to_thread.run_sync(lambda: job_terms(
+            training, ctx.identity, rules=rules, payment=options.price, stake=options.stake, deadline=challenge_by,
+            nonce=random.getrandbits(63)))
+        job_id = signed.job_id
+        directory = job_dir(ctx.config.data_dir, job_id)
+        await trio.to_thread.run_sync(install_job, directory, toml_text,
+                                      {name: ctx.blobs.store.path(i) for name, i in file_ids.items()})
+        record = {
+            "terms": signed.encode(), "bundle": bundle, "contract": chain.address, "client_account": chain.account,
+            "client_addrs": ctx.host.listen_addrs, "options": options.__dict__,
+            "deadlines": {"accept_by": accept_by, "commit_by": commit_by, "challenge_by": challenge_by},
+            "seats": {}, "verdicts": [],
+        }
+        cj = ClientJob(job_id, record, "opened", training=training)
+        self.jobs[job_id] = cj
+        await ctx.save_job(job_id, ROLE, "submitted", record)
+        s = chain.settlement
+        await chain.run(chain.ensure_funds_sync, options.price)
+        await chain.run(lambda: s.open_job(job_id, price=options.price, providers_wanted=options.providers,
+                                           provider_stake=options.stake, accept_by=accept_by, commit_by=commit_by,
+                                           challenge_by=challenge_by, ruling_period=options.ruling_period))
+        await self._save(cj, "opened")
+        log.info("job %s: opened on chain, %s ether for %d provider(s)", job_id.hex()[:12],
+                 format_ether(options.price), options.providers)
+        await self._hand_over(cj)
+        if cj.state == "handed":
+            ctx.start_soon(self.drive, cj, name=f"client job {job_id.hex()[:12]}")
+        else:
+            ctx.start_soon(self._settle, cj, name=f"client job {job_id.hex()[:12]}")
+        return job_id
+
+    async def wait(self, job_id: bytes) -> dict:
+        """The job's result summary, once it is settled (or failed)."""
+        cj = self.jobs[job_id]
+        await cj.done.wait()
+        return cj.record.get("result", {"job": job_id.hex(), "state": cj.state})
+
+    def _offer(self, cj: ClientJob) -> Offer:
+        envelope = Envelope.seal(JobOffer(cj.terms), identity=self.ctx.identity, job_id=cj.job_id, seq=1,
+                                 deadline=cj.record["deadlines"]["accept_by"] * 1000)
+        r = cj.record
+        return Offer(envelope.encode(), r["bundle"], r["contract"], r["client_account"], r["client_addrs"])
+
+    async def _save(self, cj: ClientJob, state: str | None = None) -> None:
+        if state is not None:
+            cj.state = state
+        await self.ctx.save_job(cj.job_id, ROLE, cj.state, cj.record)
+        cj.notify()
+
+    async def _hand_over(self, cj: ClientJob) -> None:
+        ctx = self.ctx
+        options = SubmitOptions(**cj.record["options"])
+        accept_by = cj.record["deadlines"]["accept_by"]
+        offer = pack(self._offer(cj).to_wire())
+        asked: dict[ID, float] = {}
+        while len(cj.record["seats"]) < options.providers and time.time() < accept_by - 2:
+            skip = {p for p, t in asked.items() if time.time() - t < 10} | {
+                ID.from_base58(seat["peer"]) for seat in cj.record["seats"].values()}
+            wanted = options.providers - len(cj.record["seats"])
+            batch = self._candidates(cj, options, skip)[:wanted]
+            if not batch:
+                await trio.sleep(0.5)
+                continue
+            async with trio.open_nursery() as nursery:
+                for peer, addrs in batch:
+                    asked[peer] = time.time()
+                    nursery.start_soon(self._offer_to, cj, peer, addrs, offer, accept_by)
+        if len(cj.record["seats"]) < options.providers:
+            log.warning("job %s: only %d of %d providers took it", cj.job_id.hex()[:12], len(cj.record["seats"]),
+                        options.providers)
+            await self._save(cj, "unfilled")
+            return
+        await ctx.publish(TOPIC_JOBS, JobAnnouncement(offer_bytes(offer), cj.record["bundle"], cj.record["contract"],
+                                                      ctx.host.listen_addrs).to_wire())
+        await self._save(cj, "handed")
+        log.info("job %s: handed to %d provider(s)", cj.job_id.hex()[:12], len(cj.record["seats"]))
+
+    async def _offer_to(self, cj: ClientJob, peer: ID, addrs: list[str], offer: bytes, accept_by: int) -> None:
+        ctx = self.ctx
+        chain = ctx.chain
+        try:
+            await ctx.reach(peer, addrs)
+            answer = unpack(await ctx.host.request(peer, JOB_PROTOCOL, offer, timeout=min(
+                OFFER_TIMEOUT, max(1.0, accept_by - time.time())), limits=JOB_LIMITS), peer=peer)
+            account = answer.get("account") if isinstance(answer, dict) else None
+            if not isinstance(account, str):
+                raise BadMessage("offer answer without an account", peer=peer)
+        except PeerError as error:
+            log.info("job %s: offer to %s: %s", cj.job_id.hex()[:12], peer, error)
+            return
+        key = ctx.key_of(peer)
+        try:
+            seat = await chain.run(chain.settlement.seat, cj.job_id, account)
+            registered = await chain.run(chain.key_of_sync, account)
+        except Exception as error:
+            log.info("job %s: checking %s's seat: %s", cj.job_id.hex()[:12], peer, _chain_error(error))
+            return
+        if not seat.accepted or registered != key:
+            log.warning("job %s: %s says it took a seat as %s; the chain disagrees", cj.job_id.hex()[:12], peer, account)
+            return
+        cj.record["seats"][key.hex()] = {"account": account, "peer": str(peer), "addrs": list(addrs), "report": None}
+        await self._save(cj)
+        log.info("job %s: %s took a seat as %s", cj.job_id.hex()[:12], peer, account)
+
+    # -- driving a job to its end -------------------------------------------------------
+
+    async def drive(self, cj: ClientJob) -> None:
+        try:
+            if cj.training is None:
+                cj.training = await trio.to_thread.run_sync(
+                    load_training, job_dir(self.ctx.config.data_dir, cj.job_id) / JOB_FILE)
+            if cj.state == "submitted":  # stopped before or while opening the job on chain
+                from contracts import JobStatus
+
+                info = await self.ctx.chain.run(self.ctx.chain.settlement.job, cj.job_id)
+                await self._save(cj, "opened" if info.status != JobStatus.NONE else "failed")
+            if cj.state == "opened":
+                await self._hand_over(cj)
+                if cj.state == "unfilled":
+                    await self._settle(cj)
+                    return
+            if cj.state == "handed":
+                await self._await_reports(cj)
+                await self._save(cj, "verifying")
+            if cj.state == "verifying":
+                await self._resolve(cj)
+                await self._save(cj, "verified")
+            if cj.state == "verified":
+                await self._settle(cj)
+        finally:
+            if cj.state in DONE_STATES:
+                cj.done.set()
+
+    async def _await_reports(self, cj: ClientJob) -> None:
+        """Until every seat delivered its trace report or the commit deadline passed."""
+        commit_by = cj.record["deadlines"]["commit_by"]
+        last_poll = 0.0
+        while any(seat["report"] is None for seat in cj.record["seats"].values()) and time.time() < commit_by:
+            if time.time() - last_poll > 5:
+                last_poll = time.time()
+                await self._fetch_missing_reports(cj)
+            with trio.move_on_after(POLL):
+                await cj.changed.wait()
+
+    async def _fetch_missing_reports(self, cj: ClientJob) -> None:
+        """Ask providers that committed on chain but whose report never came."""
+        chain = self.ctx.chain
+        for key, seat in cj.record["seats"].items():
+            if seat["report"] is not None:
+                continue
+            try:
+                info = await chain.run(chain.settlement.seat, cj.job_id, seat["account"])
+                if not info.committed:
+                    continue
+                peer = ID.from_base58(seat["peer"])
+                await self.ctx.reach(peer, seat["addrs"])
+                answer = await self.ctx.host.request(peer, JOB_PROTOCOL, pack(trace_request(cj.job_id)), limits=JOB_LIMITS)
+                await self._take_report(cj, peer, unpack(answer, peer=peer))
+            except (PeerError, LocalError) as error:
+                log.info("job %s: fetching a trace report: %s", cj.job_id.hex()[:12], error)
+            except Exception as error:
+                log.info("job %s: checking a seat: %s", cj.job_id.hex()[:12], _chain_error(error))
+
+    async def on_commitment(self, peer: ID, obj: dict) -> dict:
+        report = TraceReport.from_wire(obj, peer)
+        try:
+            envelope = _decode(report.commitment)
+        except RemoteProtocolError as error:
+            raise BadMessage(f"trace report: {error}", peer=peer) from None
+        cj = self.jobs.get(envelope.job_id)
+        if cj is None:
+            raise RequestRefused("not a job of this client")
+        await self._take_report(cj, peer, obj)
+        return {}
+
+    async def _take_report(self, cj: ClientJob, peer: ID, obj: Any) -> None:
+        """Check a trace report against its signed root and keep it for its seat."""
+        from ..storage import Commitment as StoredCommitment
+
+        report = TraceReport.from_wire(obj, peer)
+        try:
+            envelope = _decode(report.commitment)
+        except RemoteProtocolError as error:
+            raise BadMessage(f"trace report: {error}", peer=peer) from None
+        if not isinstance(envelope.body, Commitment) or envelope.job_id != cj.job_id:
+            raise BadMessage("a trace report carries a commitment of its job", peer=peer)
+        root = envelope.body.root
+        seat = cj.record["seats"].get(root.signer.hex())
+        if seat is None or root.role != "provider":
+            raise RequestRefused("the signer holds no seat in this job")
+        schedule = cj.terms.terms.schedule
+        if root.leaf_count != schedule.checkpoints or root.sequence != schedule.checkpoints - 1:
+            raise BadMessage("the commitment does not cover every checkpoint of the job", peer=peer)
+        if hash_tree(report.trace).root != root.root or len(report.trace) != schedule.checkpoints:
+            raise BadMessage("the reported state hashes do not hash to the signed root", peer=peer)
+        conflict = await self.ctx.storage.run(self.ctx.storage.add_commitment, StoredCommitment(
+            cj.job_id, root.role, root.signer, root.sequence, root.root, root.signature, envelope.encode()))
+        if conflict is not None:
+            log.warning("job %s: provider %s signed two different roots", cj.job_id.hex()[:12], root.signer.hex()[:8])
+        if seat["report"] is None:
+            seat["report"] = report.to_wire("trace")
+            await self._save(cj)
+            log.info("job %s: trace report of %s received, root %s", cj.job_id.hex()[:12], root.signer.hex()[:8],
+                     root.root.hex()[:16])
+
+    async def _resolve(self, cj: ClientJob) -> None:
+        """Dispute differing roots, wait for every dispute's verdict, fetch and check the result."""
+        chain = self.ctx.chain
+        valid: dict[str, TraceReport] = {}
+        for key, seat in cj.record["seats"].items():
+            if seat["report"] is None:
+                continue
+            report = TraceReport.from_wire(seat["report"], None)
+            root = _decode(report.commitment).body.root
+            info = await chain.run(chain.settlement.seat, cj.job_id, seat["account"])
+            if info.committed and info.trace_root == root.root:
+                valid[key] = report
+            else:
+                log.warning("job %s: %s's report is not what it committed on chain", cj.job_id.hex()[:12], key[:8])
+        groups: dict[bytes, list[str]] = {}
+        for key, report in valid.items():
+            groups.setdefault(_decode(report.commitment).body.root.root, []).append(key)
+        if len(groups) > 1:
+            log.info("job %s: %d different trace roots; starting disputes", cj.job_id.hex()[:12], len(groups))
+            first, *others = [members[0] for members in groups.values()]
+            for other in others:
+                await self._start_dispute(cj, first, other)
+        await self._await_disputes(cj, until=cj.record["deadlines"]["challenge_by"] if len(groups) > 1 else 0)
+        await self._fetch_result(cj, valid)
+
+    async def _start_dispute(self, cj: ClientJob, a: str, b: str) -> None:
+        """Ask provider ``a`` to challenge ``b`` (or ``b`` to challenge ``a``, if ``a`` will not)."""
+        ctx = self.ctx
+        seats = cj.record["seats"]
+        for challenger, respondent in ((a, b), (b, a)):
+            peer = ID.from_base58(seats[challenger]["peer"])
+            report = TraceReport.from_wire(seats[respondent]["report"], None)
+            ask = Challenge(cj.job_id, report.commitment, seats[respondent]["account"])
+            try:
+                await ctx.reach(peer, seats[challenger]["addrs"])
+                answer = unpack(await ctx.host.request(peer, JOB_PROTOCOL, pack(ask.to_wire()), limits=JOB_LIMITS,
+                                                       timeout=60.0), peer=peer)
+                log.info("job %s: %s challenged %s (chain dispute #%s)", cj.job_id.hex()[:12], challenger[:8],
+                         respondent[:8], answer.get("chain_dispute") if isinstance(answer, dict) else "?")
+                return
+            except PeerError as error:
+                log.info("job %s: asking %s to challenge %s: %s", cj.job_id.hex()[:12], challenger[:8], respondent[:8], error)
+        log.warning("job %s: neither provider would dispute the other", cj.job_id.hex()[:12])
+
+    async def _await_disputes(self, cj: ClientJob, *, until: float) -> None:
+        """Until every dispute of the job is over: ours recorded, none open on chain. With
+        ``until``, also wait (up to then) for the disputes we asked for to appear."""
+        from contracts import JobStatus
+
+        chain = self.ctx.chain
+        while True:
+            info = await chain.run(chain.settlement.job, cj.job_id)
+            running = [s for s in cj.sessions if not s.recorded]
+            if not running and info.status != JobStatus.DISPUTED and (cj.sessions or time.time() >= until):
+                return
+            if info.status == JobStatus.DISPUTED and not running:
+                await self._lapse_stale(cj)
+            with trio.move_on_after(POLL):
+                await cj.changed.wait()
+
+    async def _lapse_stale(self, cj: ClientJob) -> None:
+        """Close disputes of the job whose ruling deadline passed without a verdict."""
+        from contracts import DisputeOpened, DisputeStatus
+
+        chain = self.ctx.chain
+        s = chain.settlement
+        try:
+            events = await chain.run(s.events)
+            now = max(await chain.run(chain.chain.now), int(time.time()))
+            for entry in events:
+                event = entry.event
+                if isinstance(event, DisputeOpened) and event.job_id == cj.job_id and now >= event.rule_by:
+                    if (await chain.run(s.dispute, event.dispute_id)).status == DisputeStatus.OPEN:
+                        await chain.run(s.lapse, event.dispute_id)
+                        log.info("job %s: chain dispute #%d lapsed without a verdict", cj.job_id.hex()[:12],
+                                 event.dispute_id)
+        except Exception as error:
+            log.info("job %s: lapsing disputes: %s", cj.job_id.hex()[:12], _chain_error(error))
+
+    async def _fetch_result(self, cj: ClientJob, valid: dict[str, TraceReport]) -> None:
+        """The final weights and trace from a provider that did not lose, checked against its root."""
+        from repops_cupy.checkpoint import CheckpointError, load_checkpoint
+
+        ctx = self.ctx
+        chain = ctx.chain
+        out = Path(cj.record["options"].get("out") or ctx.config.data_dir / "results" / cj.job_id.hex())
+        for key, report in valid.items():
+            seat = cj.record["seats"][key]
+            info = await chain.run(chain.settlement.seat, cj.job_id, seat["account"])
+            if info.forfeited:
+                continue
+            peer = ID.from_base58(seat["peer"])
+            try:
+                await ctx.reach(peer, seat["addrs"])
+                weights = await ctx.blobs.fetch(peer, report.checkpoints[-1])
+                trace_file = await ctx.blobs.fetch(peer, report.trace_file)
+                _, _, digest = await trio.to_thread.run_sync(load_checkpoint, weights)
+            except (PeerError, LocalError, CheckpointError) as error:
+                log.info("job %s: fetching the result from %s: %s", cj.job_id.hex()[:12], key[:8], error)
+                continue
+            if digest != report.trace[-1]:
+                log.warning("job %s: %s's final weights are not its committed final state", cj.job_id.hex()[:12], key[:8])
+                continue
+            await trio.to_thread.run_sync(_write_result, out, weights, trace_file,
+                                          job_dir(ctx.config.data_dir, cj.job_id) / JOB_FILE)
+            cj.record["result_from"] = key
+            cj.record["result_dir"] = str(out)
+            cj.record["trace_root"] = _decode(report.commitment).body.root.root.hex()
+            log.info("job %s: result from %s checked against its commitment, in %s", cj.job_id.hex()[:12], key[:8], out)
+            return
+        log.warning("job %s: no provider delivered a result that checks", cj.job_id.hex()[:12])
+
+    async def _settle(self, cj: ClientJob) -> None:
+        from contracts import JobStatus
+
+        ctx = self.ctx
+        chain = ctx.chain
+        s = chain.settlement
+        challenge_by = cj.record["deadlines"]["challenge_by"]
+        accept_by = cj.record["deadlines"]["accept_by"]
+        ready_at = accept_by if cj.state == "unfilled" else challenge_by
+        while True:
+            info = await chain.run(s.job, cj.job_id)
+            if info.status in (JobStatus.FINALIZED, JobStatus.REFUNDED):
+                break
+            now = max(await chain.run(chain.chain.now), int(time.time()))
+            running = [x for x in cj.sessions if not x.recorded]
+            if info.status == JobStatus.DISPUTED and not running and now >= challenge_by:
+                await self._lapse_stale(cj)
+            elif now >= ready_at and not running and info.status != JobStatus.DISPUTED:
+                try:
+                    await chain.run(s.settle, cj.job_id)
+                    continue
+                except Exception as error:
+                    log.info("job %s: settling: %s", cj.job_id.hex()[:12], _chain_error(error))
+            with trio.move_on_after(POLL):
+                await cj.changed.wait()
+        await withdraw_credit(ctx)
+        cj.record["result"] = await self._summary(cj, info)
+        out = cj.record.get("result_dir")
+        if out:
+            await trio.to_thread.run_sync(
+                (Path(out) / "result.json").write_text, json.dumps(cj.record["result"], indent=1) + "\n")
+        await self._save(cj, "settled" if cj.state != "unfilled" else "unfilled")
+        log.info("job %s: settled on chain (%s)", cj.job_id.hex()[:12], info.status.name)
+        cj.done.set()
+
+    async def _summary(self, cj: ClientJob, info: Any) -> dict:
+        chain = self.ctx.chain
+        providers = {}
+        for key, seat in cj.record["seats"].items():
+            on_chain = await chain.run(chain.settlement.seat, cj.job_id, seat["account"])
+            providers[key] = {
+                "peer": seat["peer"], "account": seat["account"],
+                "trace_root": on_chain.trace_root.hex() if on_chain.committed else None,
+                "outcome": "slashed" if on_chain.forfeited else ("paid" if on_chain.committed else "no result"),
+            }
+        return {"job": cj.job_id.hex(), "status": info.status.name, "result_dir": cj.record.get("result_dir"),
+                "result_from": cj.record.get("result_from"), "trace_root": cj.record.get("trace_root"),
+                "providers": providers, "verdicts": cj.record["verdicts"]}
+
+    # -- refereeing ----------------------------------------------------------------------
+
+    async def on_open(self, peer: ID, envelope: Envelope, chain_dispute: int) -> None:
+        """A challenger opened a dispute of one of our jobs: check it on chain and referee it."""
+        from contracts import DisputeStatus
+
+        ctx = self.ctx
+        cj = self.jobs.get(envelope.job_id)
+        if cj is None or ctx.chain is None:
+            raise RequestRefused("not a job of this client")
+        body: OpenDispute = envelope.body
+        dispute_id = dispute_id_of(envelope)
+        for session in cj.sessions:
+            if session.chain_dispute == chain_dispute:
+                if session.dispute_id == dispute_id:
+                    return  # a repeat
+                raise RequestRefused("that chain dispute is refereed already")
+        chain, s = ctx.chain, ctx.chain.settlement
+        try:
+            d = await chain.run(s.dispute, chain_dispute)
+            challenger_key = await chain.run(chain.key_of_sync, d.challenger)
+            respondent_key = await chain.run(chain.key_of_sync, d.respondent)
+            respondent_seat = await chain.run(s.seat, cj.job_id, d.respondent)
+            challenger_seat = await chain.run(s.seat, cj.job_id, d.challenger)
+        except Exception as error:
+            raise RequestRefused(f"chain dispute #{chain_dispute}: {_chain_error(error)}") from None
+        if d.job_id != cj.job_id or d.status != DisputeStatus.OPEN:
+            raise RequestRefused(f"chain dispute #{chain_dispute} is not an open dispute of this job")
+        if challenger_key != envelope.sender or respondent_key != body.defender_root.signer:
+            raise RequestRefused("the chain dispute names other parties")
+        if respondent_seat.trace_root != body.defender_root.root:
+            raise RequestRefused("the defender's root is not the one it committed")
+        if challenger_seat.accepted and challenger_seat.trace_root != body.challenger_root.root:
+            raise RequestRefused("the challenger's root is not the one it committed")
+        if cj.training is None:
+            cj.training = await trio.to_thread.run_sync(
+                load_training, job_dir(ctx.config.data_dir, cj.job_id) / JOB_FILE)
+        session = self._session(cj, first_seq(len(cj.sessions) + 1), chain_dispute)
+        try:
+            actions = await trio.to_thread.run_sync(session.open_sync, envelope.encode(), session.clock.now())
+        except RemoteProtocolError as error:
+            raise RequestRefused(f"dispute refused: {error}") from None
+        cj.sessions.append(session)
+        await self._save_session(session)
+        log.info("job %s: refereeing dispute %s (chain #%d): %s challenges %s", cj.job_id.hex()[:12],
+                 dispute_id.hex()[:12], chain_dispute, envelope.sender.hex()[:8], body.defender_root.signer.hex()[:8])
+        ctx.start_soon(self._referee, cj, session, actions, name=f"referee {dispute_id.hex()[:12]}")
+
+    def _session(self, cj: ClientJob, seq: int, chain_dispute: int) -> RefereeSession:
+        from ..training_oracle import batch_hashes
+
+        referee = Referee(identity=self.ctx.identity, terms=cj.terms, batch_hashes=batch_hashes(cj.training),
+                          first_seq=seq)
+        return RefereeSession(host=self.ctx.host, referee=referee, seq=seq, chain_dispute=chain_dispute,
+                              save=self._save_session, on_verdict=self._on_verdict)
+
+    async def _resume_session(self, cj: ClientJob, record: bytes) -> None:
+        from ..training_oracle import batch_hashes
+
+        if cj.training is None:
+            cj.training = await trio.to_thread.run_sync(
+                load_training, job_dir(self.ctx.config.data_dir, cj.job_id) / JOB_FILE)
+        seq = unpack(record)["seq"]
+        referee = Referee(identity=self.ctx.identity, terms=cj.terms, batch_hashes=batch_hashes(cj.training),
+                          first_seq=seq)
+        session = await trio.to_thread.run_sync(lambda: RefereeSession.restore(
+            record, host=self.ctx.host, referee=referee, save=self._save_session, on_verdict=self._on_verdict))
+        cj.sessions.append(session)
+        log.info("job %s: resuming dispute %s", cj.job_id.hex()[:12], session.dispute_id.hex()[:12])
+        await self._referee(cj, session, [])
+
+    async def _referee(self, cj: ClientJob, session: RefereeSession, actions: list) -> None:
+        try:
+            await session.run(actions)
+        finally:
+            cj.notify()
+
+    async def _save_session(self, session: RefereeSession) -> None:
+        await self.ctx.storage.run(self.ctx.storage.put_dispute, session.row())
+        await self.ctx.refresh_gauges()
+
+    async def _on_verdict(self, session: RefereeSession) -> None:
+        """Record the verdict on chain (slashing the loser) and announce it."""
+        from contracts import Outcome
+
+        ctx = self.ctx
+        verdict = session.verdict
+        cj = self.jobs[session.job_id]
+        outcome = outcome_of(verdict)
+        summary = {
+            "dispute": session.dispute_id.hex(), "chain_dispute": session.chain_dispute,
+            "challenger": verdict.challenger.hex(), "defender": verdict.defender.hex(), "winner": outcome,
+            "faults": [{"party": f.party.hex(), "reason": f.reason, "detail": f.detail} for f in verdict.faults],
+            "depth": verdict.depth, "checkpoint": verdict.checkpoint, "step": verdict.step, "node": verdict.node,
+            "rounds": verdict.rounds, "transcript": verdict.transcript_hash.hex(), "refused_moves": session.refused,
+        }
+        log.info("job %s: verdict in dispute %s: %s wins (%s)", cj.job_id.hex()[:12], session.dispute_id.hex()[:12],
+                 outcome, "; ".join(f"{f.party.hex()[:8]} {f.reason}" for f in verdict.faults) or "no fault")
+        chain = ctx.chain
+        outcomes = {"challenger": Outcome.CHALLENGER_WINS, "defender": Outcome.RESPONDENT_WINS,
+                    "both-lose": Outcome.BOTH_LOSE}
+        if outcome in outcomes:
+            try:
+                await chain.run(lambda: chain.settlement.rule(
+                    session.chain_dispute, outcomes[outcome], step=verdict.step, node=verdict.node,
+                    transcript_hash=verdict.transcript_hash))
+                summary["recorded"] = True
+                log.info("job %s: verdict recorded on chain (dispute #%d)", cj.job_id.hex()[:12], session.chain_dispute)
+            except Exception as error:
+                summary["recorded"] = False
+                log.warning("job %s: recording the verdict: %s", cj.job_id.hex()[:12], _chain_error(error))
+        session.recorded = True
+        cj.record["verdicts"] = [v for v in cj.record["verdicts"] if v["dispute"] != summary["dispute"]] + [summary]
+        await self._save_session(session)
+        await self._save(cj)
+        await ctx.publish(TOPIC_VERDICTS, {"verdict": session.verdict_envelope.encode()})
+
+
+def _decode(data: bytes) -> Envelope:
+    from protocol import decode_envelope
+
+    return decode_envelope(data)
+
+
+def offer_bytes(offer: bytes) -> bytes:
+    return unpack(offer)["offer"]
+
+
+def _write_result(out: Path, weights: Path, trace_file: Path, job_file: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for source, name in ((weights, "weights.safetensors"), (trace_file, "trace.json"), (job_file, "job.toml")):
+        tmp = out / f".{name}.tmp"
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, out / name)
+
+
+__all__ = ["ClientRole", "SubmitOptions"]

@@ -1,0 +1,187 @@
+"""A job as it travels and as it lies on disk: the bundle, the job directory, the terms check.
+
+Bundle: one blob, msgpack ``{"format": "gavel-job/1", "toml": spec, "files": {name: blob id}}``.
+The spec is the client's job file rewritten so that its data paths name files of the
+bundle (``data.<ext>``, ``labels.npy``); built-in and synthetic data need no file. Each
+data file is its own blob, fetched and verified chunk by chunk like any other.
+
+Job directory (``<data dir>/jobs/<job id hex>/``): ``job.toml``, the data files, and
+``run/`` with the training run's checkpoints and ``trace.json`` (``repops_cupy.train``).
+
+`check_terms` is what makes a provider or auditor trust that the signed terms describe
+this bundle: it rebuilds the terms' commitments (configuration hash, step program, data
+root, initial state, schedule) from the bundle and compares every one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import LocalError
+from ..framing import pack, unpack
+
+BUNDLE_FORMAT = "gavel-job/1"
+JOB_FILE = "job.toml"
+RUN_DIR = "run"
+MAX_BUNDLE = 1 << 20
+_FILE_NAME = re.compile(r"^(data|labels)(\.[a-z0-9]{1,8})?$")
+
+
+class BundleError(ValueError):
+    """A bundle or job file that cannot be used: malformed, or terms that do not match it."""
+
+
+def job_dir(root: Path, job_id: bytes) -> Path:
+    return Path(root) / "jobs" / job_id.hex()
+
+
+# -- the spec as TOML ------------------------------------------------------------------
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    raise BundleError(f"cannot write {value!r} to TOML")
+
+
+def spec_toml(spec: Any, *, data_path: str = "", labels_path: str = "") -> str:
+    """A job file for ``spec`` (a `JobSpec`) whose data paths are replaced as given."""
+    job = {"name": spec.name, "seed": spec.seed, "steps": spec.steps, "batch_size": spec.batch_size,
+           "checkpoint_interval": spec.checkpoint_interval}
+    d = spec.data
+    if d.kind == "synthetic":
+        data = {"kind": d.kind, "n_samples": d.n_samples, "n_features": d.n_features, "n_classes": d.n_classes}
+    elif d.kind == "text":
+        data = {"kind": d.kind, "path": data_path or d.path, "context": d.context}
+    elif d.kind == "tokens":
+        data = {"kind": d.kind, "path": data_path, "context": d.context, "dtype": d.dtype, "vocab_size": d.vocab_size}
+    elif d.labels:
+        data = {"kind": d.kind, "path": data_path, "labels": labels_path}
+    else:
+        data = {"kind": d.kind, "path": data_path, "context": d.context, "vocab_size": d.vocab_size}
+    m = spec.model
+    if m.kind == "gpt":
+        model = {"kind": m.kind, "d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads, "d_ff": m.d_ff,
+                 "gelu": m.gelu, "dropout": m.dropout}
+    else:
+        model = {"kind": m.kind, "hidden": list(m.hidden), "activation": m.activation, "dropout": m.dropout}
+    o = spec.optimizer
+    if o.kind == "adamw":
+        optimizer = {"kind": o.kind, "lr": o.lr, "beta1": o.beta1, "beta2": o.beta2, "eps": o.eps,
+                     "weight_decay": o.weight_decay}
+    else:
+        optimizer = {"kind": o.kind, "lr": o.lr, "momentum": o.momentum, "weight_decay": o.weight_decay}
+    lines = []
+    for name, table in (("job", job), ("data", data), ("model", model), ("optimizer", optimizer)):
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {_toml(v)}" for k, v in table.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _local_data_files(spec: Any) -> dict[str, Path]:
+    """Bundle name -> local file of the data a spec reads (none for built-in or synthetic data)."""
+    d = spec.data
+    base = Path(spec.base_dir)
+    files: dict[str, Path] = {}
+    if d.kind == "synthetic" or (d.kind == "text" and d.path.startswith("builtin:")):
+        return files
+    path = Path(d.path).expanduser()
+    path = path if path.is_absolute() else base / path
+    files["data" + (path.suffix.lower() if re.fullmatch(r"\.[A-Za-z0-9]{1,8}", path.suffix) else "")] = path
+    if d.labels:
+        labels = Path(d.labels).expanduser()
+        files["labels.npy"] = labels if labels.is_absolute() else base / labels
+    return files
+
+
+def prepare_bundle(spec: Any) -> tuple[str, dict[str, Path]]:
+    """The bundle's TOML and the local files to ship with it."""
+    files = _local_data_files(spec)
+    data_name = next((n for n in files if n.startswith("data")), "")
+    return spec_toml(spec, data_path=data_name, labels_path="labels.npy" if "labels.npy" in files else ""), files
+
+
+def encode_bundle(toml_text: str, file_ids: dict[str, bytes]) -> bytes:
+    return pack({"format": BUNDLE_FORMAT, "toml": toml_text, "files": file_ids})
+
+
+def decode_bundle(data: bytes) -> tuple[str, dict[str, bytes]]:
+    """Raises BundleError on anything malformed."""
+    if len(data) > MAX_BUNDLE:
+        raise BundleError("job bundle too large")
+    try:
+        obj = unpack(data)
+    except Exception:
+        raise BundleError("job bundle does not decode") from None
+    if not isinstance(obj, dict) or obj.get("format") != BUNDLE_FORMAT or not isinstance(obj.get("toml"), str) \
+            or not isinstance(obj.get("files"), dict):
+        raise BundleError(f"not a {BUNDLE_FORMAT} bundle")
+    files = obj["files"]
+    for name, blob_id in files.items():
+        if not isinstance(name, str) or not _FILE_NAME.match(name) or not isinstance(blob_id, bytes) or len(blob_id) != 32:
+            raise BundleError(f"bundle file {name!r}: bad name or blob id")
+    return obj["toml"], files
+
+
+def install_job(directory: Path, toml_text: str, files: dict[str, Path]) -> Path:
+    """Write the job file and link (or copy) the data files into ``directory``; returns the job file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, source in files.items():
+        target = directory / name
+        if not target.exists():
+            tmp = directory / f".{name}.tmp"
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(source, tmp)
+            except OSError:
+                tmp.write_bytes(Path(source).read_bytes())
+            os.replace(tmp, target)
+    job_file = directory / JOB_FILE
+    tmp = directory / f".{JOB_FILE}.tmp"
+    tmp.write_text(toml_text)
+    os.replace(tmp, job_file)
+    return job_file
+
+
+def load_training(job_file: Path) -> Any:
+    """The `TrainingProgram` of a job file, its step graph traced (seconds: run it in a thread)."""
+    from repops_cupy.data import DataError
+    from repops_cupy.jobspec import JobSpecError, load_job
+    from repops_cupy.train import TrainingError, TrainingProgram
+
+    try:
+        training = TrainingProgram(load_job(job_file))
+        training.graph
+    except (JobSpecError, DataError, TrainingError) as error:
+        raise BundleError(f"the job does not load: {error}") from None
+    return training
+
+
+def check_terms(signed: Any, training: Any) -> Any:
+    """The committed step program, once every commitment of the terms matches ``training``."""
+    from repops_cupy.checkpoint import state_hash
+
+    from ..training_oracle import protocol_program
+
+    t = signed.terms
+    program = protocol_program(training)
+    expected = {
+        "config_hash": training.identity(), "program_root": program.root, "program_size": program.size,
+        "data_root": training.dataset.root(), "initial_state": state_hash(training.initial_state()),
+        "steps": training.spec.steps, "checkpoint_every": training.spec.checkpoint_interval,
+    }
+    for name, value in expected.items():
+        if getattr(t, name) != value:
+            raise BundleError(f"the terms' {name} does not match the job bundle")
+    return program
+

@@ -1,0 +1,368 @@
+"""The provider role: sells training, commits its trace, defends it.
+
+Life of a job at a provider (the row's state in storage):
+
+  accepted   the offer checked (terms against the bundle, the job on chain, price and
+             capacity) and a seat taken on chain, locking the job's stake
+  trained    the run finished (resumed from its last checkpoint after a restart)
+  committed  the signed trace root stored, then committed on chain
+  delivered  the client acknowledged the trace report; the root is also gossiped
+  settled    the job settled on chain (paid, or slashed after a lost dispute)
+  failed     the job cannot go on (a deadline passed, the chain refused a move)
+
+Disputes: the referee's first request for one of our delivered jobs makes this node the
+defender (`RoleContext`); the client may also ask it to challenge another provider whose
+root differs (op ``challenge``). Either way the answers come from the run's checkpoint
+files (`runner.StoredRunOracle`), or from the deviating run of a ``--cheat`` provider.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import trio
+from libp2p.peer.id import ID
+
+from protocol import NEVER, Commitment, Envelope, JobOffer, RemoteProtocolError, commit_trace, decode_envelope
+
+from ..errors import BadMessage, BlobNotFound, LocalError, PeerError
+from ..framing import pack
+from ..streams import RequestRefused
+from .chain import format_ether, parse_ether
+from .context import PartySpec, RoleContext
+from .jobfiles import RUN_DIR, BundleError, job_dir
+from .job_protocols import (
+    JOB_LIMITS, JOB_PROTOCOL, TOPIC_COMMITMENTS, TOPIC_PROVIDERS, Advert, Challenge, CommitmentNotice, Offer,
+    TraceReport, parse_trace_request,
+)
+from .runner import JobRun, RunFailed, RunStopped, checkpoint_paths, trace_hashes
+
+log = logging.getLogger(__name__)
+
+ROLE = "provider"
+ACTIVE_STATES = ("accepted", "trained", "committed", "delivered")
+COMMITMENT_SEQ = 1  # a provider's commitment is its first message in a job; disputes use later blocks
+DELIVERY_RETRY_MAX = 10.0
+SETTLE_POLL = 3.0
+
+
+class ProviderRole:
+    def __init__(self, ctx: RoleContext) -> None:
+        self.ctx = ctx
+        self.config = ctx.config
+        self.price_per_step = parse_ether(self.config.price_per_step, "price_per_step")
+        self.working: set[bytes] = set()  # jobs holding a capacity slot
+        self.runs: dict[bytes, JobRun] = {}
+        self.traces: dict[bytes, Any] = {}
+        ctx.roles[ROLE] = self
+
+    @property
+    def device(self) -> str:
+        if self.config.device != "auto":
+            return self.config.device
+        from repops_cupy._backend import gpu_available
+
+        return "gpu" if gpu_available() else "cpu"
+
+    async def run(self) -> None:
+        ctx = self.ctx
+        ctx.job_ops["offer"] = self.on_offer
+        ctx.job_ops["trace"] = self.on_trace
+        ctx.job_ops["challenge"] = self.on_challenge
+        ctx.party_sources.append(self.party_spec)
+        await ctx.wait_chain()
+        for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
+            if job.state in ACTIVE_STATES:
+                self.working.add(job.job_id)
+                ctx.start_soon(self.work, job.job_id, name=f"provider job {job.job_id.hex()[:12]}")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._advertise)
+            nursery.start_soon(self._collect)
+
+    # -- adverts -------------------------------------------------------------------------
+
+    async def _advertise(self) -> None:
+        ctx = self.ctx
+        while True:
+            advert = Advert(str(ctx.host.peer_id), ctx.host.listen_addrs, self.price_per_step,
+                            max(0, self.config.capacity - len(self.working)), ctx.chain.account, ctx.chain.address)
+            await ctx.publish(TOPIC_PROVIDERS, advert.to_wire())
+            await trio.sleep(self.config.advert_interval)
+
+    # -- taking a job --------------------------------------------------------------------
+
+    async def on_offer(self, peer: ID, obj: dict) -> dict:
+        ctx = self.ctx
+        offer = Offer.from_wire(obj, peer)
+        try:
+            envelope = decode_envelope(offer.offer)
+        except RemoteProtocolError as error:
+            raise BadMessage(f"job offer: {error}", peer=peer) from None
+        if not isinstance(envelope.body, JobOffer):
+            raise BadMessage("an offer carries a JobOffer", peer=peer)
+        signed = envelope.body.terms
+        job_id = envelope.job_id
+        if ctx.chain is None:
+            raise RequestRefused("not connected to the settlement chain yet")
+        stored = await ctx.load_job(job_id)
+        if stored is not None:
+            if stored[0].role == ROLE and stored[0].state in ACTIVE_STATES + ("settled",):
+                return {"account": ctx.chain.account}  # a repeated offer: we already took it
+            raise RequestRefused(f"job already known here ({stored[0].role}, {stored[0].state})")
+        if offer.contract.lower() != ctx.chain.address.lower():
+            raise RequestRefused(f"this provider settles on {ctx.chain.address}")
+        if job_id in self.working:
+            raise RequestRefused("this offer is being checked already")
+        if len(self.working) >= self.config.capacity:
+            raise RequestRefused("no capacity left")
+        terms = signed.terms
+        if terms.payment < self.price_per_step * terms.steps:
+            raise RequestRefused(f"price below {format_ether(self.price_per_step)} ether per step")
+        self.working.add(job_id)
+        try:
+            await self._check_chain_job(job_id, terms, offer)
+            try:
+                await ctx.prepare_job(job_id, signed, offer.bundle, [peer])
+            except BundleError as error:
+                raise RequestRefused(f"job bundle refused: {error}") from None
+            except BlobNotFound as error:
+                raise RequestRefused(f"job bundle not delivered: {error}") from None
+            record = {"terms": signed.encode(), "bundle": offer.bundle, "contract": offer.contract,
+                      "client_account": offer.client_account, "client_addrs": offer.client_addrs}
+            s = ctx.chain.settlement
+            try:
+                await ctx.chain.run(s.accept, job_id)
+            except Exception as error:
+                raise RequestRefused(f"taking a seat failed: {_chain_error(error)}") from None
+            await ctx.save_job(job_id, ROLE, "accepted", record)
+        except BaseException:
+            self.working.discard(job_id)
+            raise
+        log.info("job %s: accepted from %s (%d steps, %s ether)", job_id.hex()[:12], peer, terms.steps,
+                 format_ether(terms.payment))
+        ctx.start_soon(self.work, job_id, name=f"provider job {job_id.hex()[:12]}")
+        return {"account": ctx.chain.account}
+
+    async def _check_chain_job(self, job_id: bytes, terms: Any, offer: Offer) -> None:
+        from contracts import JobStatus
+
+        chain = self.ctx.chain
+        s = chain.settlement
+        job = await chain.run(s.job, job_id)
+        if job.status != JobStatus.OPEN:
+            raise RequestRefused(f"the job is {job.status.name} on chain, not OPEN")
+        if job.price != terms.payment or job.provider_stake != terms.stake or job.challenge_by != terms.deadline:
+            raise RequestRefused("the job on chain does not escrow what its terms say")
+        if job.client.lower() != offer.client_account.lower():
+            raise RequestRefused("the job on chain was opened by another account")
+        if job.accept_by <= time.time() + 1:
+            raise RequestRefused("the job's acceptance deadline has passed")
+        me = await chain.run(s.node, chain.account)
+        if me.free_stake < job.provider_stake:
+            raise RequestRefused(f"free stake {format_ether(me.free_stake)} below the job's {format_ether(job.provider_stake)}")
+
+    # -- doing a job ---------------------------------------------------------------------
+
+    async def work(self, job_id: bytes) -> None:
+        """Train, commit and deliver one job, from whatever state it is in."""
+        ctx = self.ctx
+        try:
+            loaded = await ctx.load_job(job_id)
+            if loaded is None:
+                return
+            job, record = loaded
+            signed = _terms(record)
+            training, program = await ctx.prepare_job(job_id, signed, record["bundle"], [ctx.peer_of(signed.terms.client)])
+            run = self.runs.get(job_id) or JobRun(training, program, job_dir(self.config.data_dir, job_id) / RUN_DIR,
+                                                  job_id=job_id, cheat=self.config.cheat, device=self.device)
+            self.runs[job_id] = run
+            stop = threading.Event()
+            try:
+                trace = await trio.to_thread.run_sync(run.train_sync, stop, abandon_on_cancel=True)
+            finally:
+                stop.set()
+            self.traces[job_id] = trace
+            state = job.state
+            if state == "accepted":
+                state = "trained"
+                await ctx.save_job(job_id, ROLE, state, record)
+                log.info("job %s: trained, trace root %s", job_id.hex()[:12], trace.root.hex()[:16])
+            if state == "trained":
+                record["report"] = await self._commit(job_id, signed, run, trace)
+                state = "committed"
+                await ctx.save_job(job_id, ROLE, state, record)
+            if state == "committed":
+                await self._deliver(job_id, signed, record)
+                state = "delivered"
+                await ctx.save_job(job_id, ROLE, state, record)
+        except (RunFailed, BundleError) as error:
+            log.error("job %s failed: %s", job_id.hex()[:12], error)
+            await ctx.storage.run(ctx.storage.set_job_state, job_id, "failed")
+            self.working.discard(job_id)
+        except RunStopped:
+            pass
+
+    async def _commit(self, job_id: bytes, signed: Any, run: JobRun, trace: Any) -> dict:
+        ctx = self.ctx
+        hashes = trace_hashes(trace)
+        root = commit_trace(ctx.identity, job_id=job_id, role=ROLE, checkpoint_states=hashes)
+        envelope = Envelope.seal(Commitment(root), identity=ctx.identity, job_id=job_id, seq=COMMITMENT_SEQ,
+                                 deadline=NEVER)
+        checkpoints = [await ctx.blobs.store.put_file(p) for p in checkpoint_paths(run.run_dir, trace)]
+        trace_file = await ctx.blobs.store.put_file(run.run_dir / "trace.json")
+        # Stored before it leaves this node: a restart must not sign a different root.
+        from ..storage import Commitment as StoredCommitment
+
+        await ctx.storage.run(ctx.storage.add_commitment, StoredCommitment(
+            job_id, ROLE, ctx.identity.node_id, root.sequence, root.root, root.signature, envelope.encode()))
+        s = ctx.chain.settlement
+        try:
+            await ctx.chain.run(s.commit, job_id, root.root)
+        except Exception as error:
+            seat = await ctx.chain.run(s.seat, job_id, ctx.chain.account)
+            if not (seat.committed and seat.trace_root == root.root):
+                raise RunFailed(f"committing on chain failed: {_chain_error(error)}") from None
+        log.info("job %s: committed trace root %s on chain", job_id.hex()[:12], root.root.hex()[:16])
+        return TraceReport(envelope.encode(), hashes, checkpoints, trace_file, ctx.chain.account).to_wire("trace")
+
+    async def _deliver(self, job_id: bytes, signed: Any, record: dict) -> None:
+        """Send the trace report to the client until it acknowledges, and gossip the commitment."""
+        ctx = self.ctx
+        report = dict(record["report"], op="commitment")
+        await ctx.publish(TOPIC_COMMITMENTS, CommitmentNotice(report["commitment"], ctx.chain.account,
+                                                             ctx.host.listen_addrs).to_wire())
+        client = ctx.peer_of(signed.terms.client)
+        delay = 0.5
+        while time.time() < signed.terms.deadline:
+            try:
+                await ctx.reach(client, record["client_addrs"])
+                await ctx.host.request(client, JOB_PROTOCOL, pack(report), limits=JOB_LIMITS)
+                log.info("job %s: trace report delivered to the client", job_id.hex()[:12])
+                return
+            except PeerError as error:
+                log.info("job %s: delivering the trace report: %s; retrying", job_id.hex()[:12], error)
+            await trio.sleep(delay)
+            delay = min(delay * 2, DELIVERY_RETRY_MAX)
+        log.warning("job %s: the client never took the trace report", job_id.hex()[:12])
+
+    # -- serving -------------------------------------------------------------------------
+
+    async def on_trace(self, peer: ID, obj: dict) -> dict:
+        job_id = parse_trace_request(obj, peer)
+        loaded = await self.ctx.load_job(job_id)
+        if loaded is None or loaded[0].role != ROLE or "report" not in loaded[1]:
+            raise RequestRefused("no committed trace for this job here")
+        return loaded[1]["report"]
+
+    async def party_spec(self, job_id: bytes) -> PartySpec | None:
+        loaded = await self.ctx.load_job(job_id)
+        if loaded is None or loaded[0].role != ROLE or "report" not in loaded[1]:
+            return None
+        job, record = loaded
+        signed = _terms(record)
+        training, program = await self.ctx.prepare_job(job_id, signed, record["bundle"], [])
+        run = self.runs.get(job_id) or JobRun(training, program, job_dir(self.config.data_dir, job_id) / RUN_DIR,
+                                              job_id=job_id, cheat=self.config.cheat, device=self.device)
+        self.runs[job_id] = run
+        trace = self.traces.get(job_id) or run.finished_trace()
+        if trace is None:
+            return None
+        if self.config.cheat:  # the rewrite exists once the deviating run was made
+            await trio.to_thread.run_sync(run.oracle, trace)
+        return PartySpec(signed, ROLE, lambda: run.oracle(trace), run.rewrite)
+
+    async def on_challenge(self, peer: ID, obj: dict) -> dict:
+        """The client saw our root differ from another provider's: open the dispute."""
+        ctx = self.ctx
+        challenge = Challenge.from_wire(obj, peer)
+        try:
+            envelope = decode_envelope(challenge.respondent)
+        except RemoteProtocolError as error:
+            raise BadMessage(f"challenge: {error}", peer=peer) from None
+        if not isinstance(envelope.body, Commitment) or envelope.job_id != challenge.job:
+            raise BadMessage("a challenge names the other provider's commitment in this job", peer=peer)
+        spec = await self.party_spec(challenge.job)
+        if spec is None:
+            raise RequestRefused("no committed trace of this job here")
+        defender_root = envelope.body.root
+        record = (await ctx.load_job(challenge.job))[1]
+        mine = decode_envelope(record["report"]["commitment"]).body.root
+        if defender_root.statement == mine.statement:
+            raise RequestRefused("our roots agree")
+        chain, s = ctx.chain, ctx.chain.settlement
+        if await chain.run(chain.key_of_sync, challenge.account) != defender_root.signer:
+            raise RequestRefused("that account is not the signer's")
+        seat = await chain.run(s.seat, challenge.job, challenge.account)
+        if not (seat.committed and seat.trace_root == defender_root.root):
+            raise RequestRefused("that root is not the one committed on chain")
+        from contracts import DisputeOpened
+
+        try:
+            opened = await chain.run(s.open_dispute, challenge.job, challenge.account)
+        except Exception as error:
+            raise RequestRefused(f"opening the dispute on chain failed: {_chain_error(error)}") from None
+        chain_dispute = opened.one(DisputeOpened).dispute_id
+        ctx.start_soon(ctx.challenge, spec, defender_root, chain_dispute, record["client_addrs"],
+                       name=f"challenge in job {challenge.job.hex()[:12]}")
+        return {"chain_dispute": chain_dispute}
+
+    # -- after the job ---------------------------------------------------------------------
+
+    async def _collect(self) -> None:
+        """Settle our jobs once their challenge window closed, and withdraw what we earned."""
+        from contracts import JobStatus
+
+        ctx = self.ctx
+        chain = ctx.chain
+        s = chain.settlement
+        while True:
+            await trio.sleep(SETTLE_POLL)
+            for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
+                if job.state not in ("committed", "delivered"):
+                    continue
+                try:
+                    info = await chain.run(s.job, job.job_id)
+                    if info.status == JobStatus.COMMITTED and time.time() > info.challenge_by + 5:
+                        await chain.run(s.settle, job.job_id)  # the client has not: anyone may
+                        info = await chain.run(s.job, job.job_id)
+                    if info.status in (JobStatus.FINALIZED, JobStatus.REFUNDED):
+                        seat = await chain.run(s.seat, job.job_id, chain.account)
+                        await ctx.storage.run(ctx.storage.set_job_state, job.job_id, "slashed" if seat.forfeited else "settled")
+                        self.working.discard(job.job_id)
+                        log.info("job %s: settled on chain (%s)", job.job_id.hex()[:12],
+                                 "slashed" if seat.forfeited else "paid")
+                except Exception as error:
+                    log.info("job %s: checking settlement: %s", job.job_id.hex()[:12], _chain_error(error))
+            await withdraw_credit(ctx)
+
+
+async def withdraw_credit(ctx: RoleContext) -> int:
+    """Withdraw this node's credit on the contract, if any; returns the amount."""
+    chain = ctx.chain
+    s = chain.settlement
+    try:
+        credit = await chain.run(s.credit_of, chain.account)
+        if credit:
+            await chain.run(s.withdraw)
+            log.info("withdrew %s ether", format_ether(credit))
+        return credit
+    except Exception as error:
+        log.info("withdrawing: %s", _chain_error(error))
+        return 0
+
+
+def _terms(record: dict) -> Any:
+    from protocol import SignedJobTerms
+    from protocol.wire import decode_struct
+
+    return decode_struct(SignedJobTerms, record["terms"])
+
+
+def _chain_error(error: BaseException) -> str:
+    name = getattr(error, "name", None)
+    return f"{name} {getattr(error, 'arguments', '')}" if name else f"{type(error).__name__}: {error}"
+
+
+__all__ = ["ProviderRole", "withdraw_credit"]

@@ -1,0 +1,166 @@
+"""A party's training run of one job, on disk, and the dispute oracle over it.
+
+An honest run is `repops_cupy.train.train` into the job's ``run/`` directory: a
+checkpoint file every k steps and ``trace.json``. It resumes from the last checkpoint
+of an earlier, interrupted run of the same job (a node killed mid-job), and the resumed
+run passes through the same bits. A stop flag checked after every step lets the node
+end a run promptly on shutdown; the next start resumes it.
+
+A deviating run (a provider started with ``--cheat STRATEGY``, for tests) is one of
+`node._cheats`' strategies: the honest run is computed in memory first (the cheat needs
+it to pick a deviation that survives to a checkpoint), then the cheat's run, whose
+checkpoints are written in the same format. Its choices are seeded by the job id, so a
+restarted cheater cheats the same way.
+
+`StoredRunOracle` answers a dispute from the checkpoint files of a finished run: it
+loads a checkpoint's state when the game needs it and recomputes from there.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+from repops_cupy.checkpoint import load_checkpoint, save_checkpoint
+from repops_cupy.train import TRACE_FILE, Trace, checkpoint_file, train
+
+from ..training_oracle import StageTimer, TrainingOracle, schedule_of
+
+log = logging.getLogger(__name__)
+
+
+class RunStopped(Exception):
+    """The node asked the run to stop (it resumes from its last checkpoint next time)."""
+
+
+class RunFailed(Exception):
+    """The run cannot produce a trace (damaged files, a cheat that finds no deviation)."""
+
+
+class StoredRunOracle(TrainingOracle):
+    """A `TrainingOracle` whose checkpoints are the files of a finished run."""
+
+    def __init__(self, training: Any, run_dir: Path, hashes: list[bytes], files: list[str], *, program: Any) -> None:
+        super().__init__(training, program=program)
+        self._run_dir = Path(run_dir)
+        self._hashes = list(hashes)
+        self._files = list(files)
+        self._loaded: dict[int, dict[str, Any]] = {}
+
+    def train(self, *, prefix: Any = None, prefix_steps: int = 0) -> list[bytes]:
+        return list(self._hashes)
+
+    def checkpoint_state(self, c: int) -> dict[str, Any]:
+        if c not in self._loaded:
+            state, _, digest = load_checkpoint(self._run_dir / self._files[c])
+            if digest != self._hashes[c]:
+                raise RunFailed(f"checkpoint {c} on disk no longer matches the committed trace")
+            if len(self._loaded) >= 2:  # a dispute needs one interval at a time
+                self._loaded.pop(next(iter(self._loaded)))
+            self._loaded[c] = state
+        return self._loaded[c]
+
+
+class JobRun:
+    """One job's training run in ``run_dir``."""
+
+    def __init__(self, training: Any, program: Any, run_dir: Path, *, job_id: bytes, cheat: str = "",
+                 device: str = "cpu") -> None:
+        self.training = training
+        self.program = program
+        self.run_dir = Path(run_dir)
+        self.job_id = job_id
+        self.cheat = cheat
+        self.device = device
+        self.schedule = schedule_of(training)
+        self._cheat_oracle: TrainingOracle | None = None
+        self._cheat_rewrite: Any = None
+
+    # -- running -----------------------------------------------------------------------
+
+    def finished_trace(self) -> Trace | None:
+        """The trace of a finished run in ``run_dir``, if there is one."""
+        path = self.run_dir / TRACE_FILE
+        if not path.exists():
+            return None
+        trace = Trace.load(path)
+        if trace.steps != self.schedule.steps or len(trace.checkpoints) != self.schedule.checkpoints:
+            return None
+        return trace
+
+    def train_sync(self, stop: threading.Event) -> Trace:
+        """Train (or resume) to the end; blocking, for a worker thread."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        done = self.finished_trace()
+        if self.cheat:
+            if done is None or self._cheat_oracle is None:
+                done = self._deviate(stop)
+            return done
+        if done is not None:
+            return done
+
+        def on_step(step: int, loss: float) -> None:
+            if stop.is_set():
+                raise RunStopped(f"stopped after step {step}")
+
+        resume = (self.run_dir / TRACE_FILE).exists()
+        if resume:
+            log.info("job %s: resuming its training run from the last checkpoint", self.job_id.hex()[:12])
+        trace = train(self.training.spec, self.run_dir, resume=resume, device=self.device, on_step=on_step,
+                      program=self.training)
+        if len(trace.checkpoints) != self.schedule.checkpoints:
+            raise RunFailed(f"the run produced {len(trace.checkpoints)} checkpoints, the job has {self.schedule.checkpoints}")
+        return trace
+
+    def _deviate(self, stop: threading.Event) -> Trace:
+        from .._cheats import STRATEGIES, CheatContext
+
+        if self.cheat not in STRATEGIES:
+            raise RunFailed(f"unknown cheat {self.cheat!r}")
+        timer = StageTimer()
+        honest = TrainingOracle(self.training, timer=timer, program=self.program)
+        honest.train()
+        if stop.is_set():
+            raise RunStopped("stopped before deviating")
+        rng = random.Random(int.from_bytes(self.job_id[:8], "big"))
+        try:
+            cheat = STRATEGIES[self.cheat](CheatContext(self.training, honest, rng, timer))
+        except RuntimeError as error:
+            raise RunFailed(f"cheat {self.cheat}: {error}") from None
+        cheat.oracle.train(prefix=honest, prefix_steps=(cheat.truth.step or 1) - 1)
+        log.warning("job %s: cheating on purpose (%s): %s", self.job_id.hex()[:12], self.cheat, cheat.description)
+        self._cheat_oracle, self._cheat_rewrite = cheat.oracle, cheat.rewrite
+        trace = Trace(self.training.spec.name, self.training.identity().hex(), self.schedule.steps, self.schedule.every)
+        for c, digest in enumerate(cheat.oracle.checkpoint_states()):
+            step = self.schedule.checkpoint_step(c)
+            written = save_checkpoint(self.run_dir / checkpoint_file(step), cheat.oracle.checkpoint_state(c), step=step)
+            assert written == digest
+            trace.checkpoints.append({"index": c, "step": step, "state_hash": digest.hex(), "file": checkpoint_file(step)})
+        trace.save(self.run_dir)
+        return trace
+
+    # -- answering disputes ------------------------------------------------------------
+
+    def oracle(self, trace: Trace) -> TrainingOracle:
+        """The dispute oracle of this run (a cheat answers from its own deviating run)."""
+        if self.cheat:
+            if self._cheat_oracle is None:
+                self._deviate(threading.Event())
+            return self._cheat_oracle
+        return StoredRunOracle(self.training, self.run_dir, trace_hashes(trace),
+                               [c["file"] for c in trace.checkpoints], program=self.program)
+
+    @property
+    def rewrite(self) -> Any:
+        """The cheat's rewrite of its dispute moves, if its strategy has one."""
+        return self._cheat_rewrite
+
+
+def trace_hashes(trace: Trace) -> list[bytes]:
+    return [bytes.fromhex(c["state_hash"]) for c in trace.checkpoints]
+
+
+def checkpoint_paths(run_dir: Path, trace: Trace) -> list[Path]:
+    return [Path(run_dir) / c["file"] for c in trace.checkpoints]

@@ -1,0 +1,76 @@
+"""Shared pieces of the role tests: a tiny job, nodes from data directories, waits."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import trio
+
+from node.datadir import init_datadir, load_seed
+from node.roles.context import context_of
+from node.runtime import Node
+
+# Small enough to train in well under a second; 3 checkpoint intervals.
+TINY_JOB = """\
+[job]
+name = "tiny"
+seed = 3
+steps = 6
+batch_size = 8
+checkpoint_interval = 2
+
+[data]
+kind = "synthetic"
+n_samples = 64
+n_features = 4
+n_classes = 2
+
+[model]
+kind = "mlp"
+hidden = [8]
+activation = "relu"
+
+[optimizer]
+kind = "sgd"
+lr = 0.1
+"""
+
+
+def write_job(directory: Path, text: str = TINY_JOB, name: str = "tiny.toml") -> Path:
+    path = Path(directory) / name
+    path.write_text(text)
+    return path
+
+
+async def start_node(nursery: trio.Nursery, directory: Path, roles: list[str], **settings) -> Node:
+    values = {"roles": roles, "metrics_listen": "", "advert_interval": 0.5, **settings}
+    config = init_datadir(directory, values)
+    node = Node(config, load_seed(config))
+    await nursery.start(node.run)
+    return node
+
+
+async def role(node: Node, name: str, *, timeout: float = 60.0):
+    """The node's role object once its chain binding is up."""
+    with trio.fail_after(timeout):
+        while (ctx := context_of(node)) is None or name not in ctx.roles:
+            await trio.sleep(0.05)
+        await ctx.wait_chain()
+        return ctx.roles[name]
+
+
+async def wait_for(predicate, *, timeout: float, interval: float = 0.1) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(interval)
+
+
+def embedded_chain():
+    """This process's embedded chain and the lock every node takes around it."""
+    from node.roles import chain
+
+    return chain._embedded_chain()
+
+
+def seed() -> bytes:
+    return os.urandom(32)
