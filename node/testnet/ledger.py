@@ -27,15 +27,23 @@ from contracts import (
 
 @dataclass
 class AccountBook:
-    """One account's money on the contract, and its history as (t, stake, locked, credit) rows."""
+    """One account's money on the contract, and its history as (t, stake, locked, credit, withdrawn) rows.
+
+    ``credit + withdrawn`` is everything the contract ever paid the account.
+    """
 
     stake: int = 0
     locked: int = 0
     credit: int = 0
-    history: list[tuple[float, int, int, int]] = field(default_factory=list)
+    withdrawn: int = 0
+    history: list[tuple[float, int, int, int, int]] = field(default_factory=list)
+
+    @property
+    def earned(self) -> int:
+        return self.credit + self.withdrawn
 
     def record(self, at: float) -> None:
-        row = (at, self.stake, self.locked, self.credit)
+        row = (at, self.stake, self.locked, self.credit, self.withdrawn)
         if self.history and self.history[-1][0] == at:
             self.history[-1] = row  # several events of one moment: keep the last state
         else:
@@ -191,7 +199,9 @@ class Ledger:
             self.book(e.client).credit += e.amount
             moved.append(e.client)
         elif isinstance(e, Withdrawn):
-            self.book(e.account).credit -= e.amount
+            book = self.book(e.account)
+            book.credit -= e.amount
+            book.withdrawn += e.amount
             moved.append(e.account)
         elif isinstance(e, JobAdvanced):
             job = self.jobs[e.job_id]

@@ -66,11 +66,12 @@ def test_ledger_follows_a_disputed_job_and_agrees_with_the_contract(chain_and_co
     assert (slash.loser, slash.amount, slash.beneficiary, slash.dispute_id) == (cheat, SEAT, auditor, dispute_id)
     assert job.paid == {honest: PRICE} and job.refunded == 0
     assert ledger.book(cheat).stake == STAKE - SEAT
-    assert ledger.book(honest).credit == 0  # withdrawn
+    assert ledger.book(honest).credit == 0 and ledger.book(honest).earned == PRICE  # withdrawn
     assert ledger.book(auditor).credit == SEAT // 2  # the winner's share of the slash
     assert ledger.mismatches(settlement) == []
     # the history of the cheater: registered, seat locked, slashed
-    assert [row[1:] for row in ledger.book(cheat).history] == [(STAKE, 0, 0), (STAKE, SEAT, 0), (STAKE - SEAT, 0, 0)]
+    assert [row[1:] for row in ledger.book(cheat).history] == [
+        (STAKE, 0, 0, 0), (STAKE, SEAT, 0, 0), (STAKE - SEAT, 0, 0, 0)]
 
 
 def test_ledger_mismatch_is_reported(chain_and_contract):
