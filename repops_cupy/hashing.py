@@ -17,7 +17,8 @@ def canonical_array(x: Any) -> np.ndarray:
     arr = to_numpy(x)
     if arr.dtype == object:
         raise TypeError("object arrays have no canonical encoding")
-    arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+    # asarray(order="C") keeps a 0-d array 0-d (np.ascontiguousarray would make it 1-d)
+    arr = np.asarray(arr, dtype=arr.dtype.newbyteorder("<"), order="C")
     if arr.dtype.kind in "fc" and np.isnan(arr).any():
         # CPUs and GPUs produce NaNs with different sign and payload bits; a NaN is
         # a NaN, so every NaN hashes as the one canonical quiet NaN.

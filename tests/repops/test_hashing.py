@@ -32,6 +32,11 @@ def test_every_nan_hashes_as_one_but_signed_zeros_differ():
     assert hash_tensor(np.array([0.0], np.float32)) != hash_tensor(np.array([-0.0], np.float32))
 
 
+def test_a_scalar_is_not_a_one_element_vector():
+    assert canonical_array(np.float32(2.0)).shape == ()
+    assert hash_tensor(np.array(2.0, np.float32)) != hash_tensor(np.array([2.0], np.float32))
+
+
 def test_scalars_and_empty_tensors_hash():
     assert hash_tensor(np.float32(1.5)) == hash_tensor(np.array(1.5, np.float32))
     assert hash_tensor(np.zeros((0, 3), np.float32)) != hash_tensor(np.zeros((3, 0), np.float32))
