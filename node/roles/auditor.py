@@ -192,7 +192,8 @@ class AuditorRole:
         try:
             opened = await chain.run(chain.settlement.open_dispute, job_id, report.account)
         except Exception as error:
-            await self._mark(job_id, key, "failed", f"opening the dispute on chain: {_chain_error(error)}")
+            await self._mark(job_id, key, "mismatch", f"first differing checkpoint {first}; not challenged: "
+                                                     f"{_chain_error(error)}")
             log.info("job %s: not challenging %s: %s", job_id.hex()[:12], key[:8], _chain_error(error))
             return
         chain_dispute = opened.one(DisputeOpened).dispute_id

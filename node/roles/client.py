@@ -585,14 +585,14 @@ class ClientRole:
                 load_training, job_dir(ctx.config.data_dir, cj.job_id) / JOB_FILE)
         session = self._session(cj, first_seq(len(cj.sessions) + 1), chain_dispute)
         try:
-            actions = await trio.to_thread.run_sync(session.open_sync, envelope.encode(), session.clock.now())
+            await trio.to_thread.run_sync(session.open_sync, envelope.encode(), session.clock.now())
         except RemoteProtocolError as error:
             raise RequestRefused(f"dispute refused: {error}") from None
         cj.sessions.append(session)
         await self._save_session(session)
         log.info("job %s: refereeing dispute %s (chain #%d): %s challenges %s", cj.job_id.hex()[:12],
                  dispute_id.hex()[:12], chain_dispute, envelope.sender.hex()[:8], body.defender_root.signer.hex()[:8])
-        ctx.start_soon(self._referee, cj, session, actions, name=f"referee {dispute_id.hex()[:12]}")
+        ctx.start_soon(self._referee, cj, session, name=f"referee {dispute_id.hex()[:12]}")
 
     def _session(self, cj: ClientJob, seq: int, chain_dispute: int) -> RefereeSession:
         from ..training_oracle import batch_hashes
@@ -615,11 +615,11 @@ class ClientRole:
             record, host=self.ctx.host, referee=referee, save=self._save_session, on_verdict=self._on_verdict))
         cj.sessions.append(session)
         log.info("job %s: resuming dispute %s", cj.job_id.hex()[:12], session.dispute_id.hex()[:12])
-        await self._referee(cj, session, [])
+        await self._referee(cj, session)
 
-    async def _referee(self, cj: ClientJob, session: RefereeSession, actions: list) -> None:
+    async def _referee(self, cj: ClientJob, session: RefereeSession) -> None:
         try:
-            await session.run(actions)
+            await session.run()
         finally:
             cj.notify()
 

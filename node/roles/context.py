@@ -36,7 +36,9 @@ from ..streams import RequestRefused
 from .chain import ChainBinding, open_binding_sync, parse_ether
 from .disputes import PartySession, first_seq
 from .jobfiles import JOB_FILE, check_terms, decode_bundle, install_job, job_dir, load_training
-from .job_protocols import DISPUTE_LIMITS, DISPUTE_PROTOCOL, JOB_LIMITS, JOB_PROTOCOL, DisputeMessage, request_op
+from .job_protocols import (
+    DISPUTE_LIMITS, DISPUTE_PROTOCOL, GOSSIP_VALIDATORS, JOB_LIMITS, JOB_PROTOCOL, DisputeMessage, request_op,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,10 @@ class PartySpec:
 
 
 PartySource = Callable[[bytes], Awaitable["PartySpec | None"]]
+
+
+async def _ignore(message: GossipMessage) -> None:
+    await trio.lowlevel.checkpoint()
 
 
 def encode_record(record: dict) -> bytes:
@@ -103,6 +109,11 @@ class RoleContext:
             self._nursery = nursery
             self.started.set()
             task_status.started(self)
+            # GossipSub forwards a topic only through nodes subscribed to it: every node of
+            # the network relays every gavel topic, whether or not a role of it reads them.
+            for topic, valid in GOSSIP_VALIDATORS.items():
+                self.host.gossip.set_validator(topic, valid)
+                await self.on_gossip(topic, _ignore)
             await self._connect_chain()
             await trio.sleep_forever()
 

@@ -252,17 +252,16 @@ class RefereeSession:
 
     # -- running ---------------------------------------------------------------------------
 
-    async def run(self, initial: list[Any] = ()) -> None:
-        """Drive the game to its verdict, record it, deliver it. ``initial``: the actions of
-        the open; after a restore, the requests still unanswered are sent again."""
+    async def run(self) -> None:
+        """Drive the game to its verdict, record it, deliver it. The requests not yet
+        answered (the open's, or a restored session's) go out first."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             if self.verdict is None:
                 nursery.start_soon(self._ticker)
                 for party, envelope in list(self.pending.items()):
                     nursery.start_soon(self._deliver, party, envelope)
-            await self._dispatch(list(initial))
-            if self.verdict is not None:
+            else:
                 self._done.set()
             await self._done.wait()
             nursery.cancel_scope.cancel()

@@ -247,3 +247,30 @@ class CommitmentNotice:
             raise _fail("commitment notice", peer)
         return cls(_bytes(obj, "commitment", "commitment notice", peer), _account(obj, "account", "commitment notice", peer),
                    _addrs(obj, "addrs", "commitment notice", peer))
+
+
+def _valid(parse: Any) -> Any:
+    """A gossip validator: forward only what parses (signatures are checked by the readers)."""
+    from ..framing import unpack
+
+    def validate(message: Any) -> bool:
+        try:
+            parse(unpack(message.data))
+        except BadMessage:
+            return False
+        return True
+
+    return validate
+
+
+def _verdict_notice(obj: Any) -> None:
+    if not isinstance(obj, dict) or not isinstance(obj.get("verdict"), bytes) or len(obj["verdict"]) > 64 * 1024:
+        raise BadMessage("malformed verdict notice")
+
+
+GOSSIP_VALIDATORS = {
+    TOPIC_PROVIDERS: _valid(Advert.from_wire),
+    TOPIC_JOBS: _valid(JobAnnouncement.from_wire),
+    TOPIC_COMMITMENTS: _valid(CommitmentNotice.from_wire),
+    TOPIC_VERDICTS: _valid(_verdict_notice),
+}

@@ -36,3 +36,56 @@ async def test_a_job_goes_from_submission_to_payment(tmp_path):
         assert result["verdicts"] == []
         await wait_for(lambda: provider.storage.get_job(job_id).state == "settled", timeout=30)
         nursery.cancel_scope.cancel()
+
+
+@trio_test(timeout=420)
+async def test_a_cheating_provider_loses_its_dispute_and_its_stake(tmp_path):
+    job_file = write_job(tmp_path)
+    async with trio.open_nursery() as nursery:
+        client = await start_node(nursery, tmp_path / "client", ["client"])
+        hub = client.host.listen_addrs
+        honest = await start_node(nursery, tmp_path / "honest", ["provider"], bootstrap=hub)
+        cheater = await start_node(nursery, tmp_path / "cheater", ["provider"], bootstrap=hub, cheat="perturb-weight")
+        auditor = await start_node(nursery, tmp_path / "auditor", ["auditor"], bootstrap=hub)
+        client_role = await role(client, "client")
+        for node, name in ((honest, "provider"), (cheater, "provider"), (auditor, "auditor")):
+            await role(node, name)
+        options = SubmitOptions(providers=2, accept_within=90, commit_within=90, challenge_within=60,
+                                move_timeout=30, clock=120)
+        job_id = await client_role.submit(job_file, options)
+        cj = client_role.jobs[job_id]
+        await wait_for(lambda: cj.state == "verified", timeout=240)
+
+        def audited() -> bool:
+            row = auditor.storage.get_job(job_id)
+            return row is not None and row.state == "audited"
+
+        await wait_for(audited, timeout=120)
+        await wait_for(lambda: all(s.recorded for s in cj.sessions), timeout=60)
+        shared = embedded_chain()
+        with shared.lock:
+            shared.chain.advance_time(600)
+        result = await client_role.wait(job_id)
+
+        honest_key = honest_role_key = context_key(honest)
+        cheater_key = context_key(cheater)
+        assert result["status"] == JobStatus.FINALIZED.name
+        assert result["providers"][honest_key]["outcome"] == "paid"
+        assert result["providers"][cheater_key]["outcome"] == "slashed"
+        assert result["verdicts"] and all(v["faults"][0]["party"] == cheater_key for v in result["verdicts"])
+        assert all(v["faults"][0]["reason"] == "wrong-result" and v["recorded"] for v in result["verdicts"])
+        assert result["result_from"] == honest_role_key
+        weights = (tmp_path / "client" / "results" / job_id.hex() / "weights.safetensors").read_bytes()
+        run_dir = tmp_path / "honest" / "jobs" / job_id.hex() / "run"
+        assert weights == max(run_dir.glob("step-*.safetensors")).read_bytes()
+        # The dispute rows: the parties know they won and lost.
+        honest_disputes = honest.storage.disputes(job_id=job_id)
+        cheater_disputes = cheater.storage.disputes(job_id=job_id)
+        assert {d.status for d in honest_disputes} <= {"won"} and {d.status for d in cheater_disputes} == {"lost"}
+        nursery.cancel_scope.cancel()
+
+
+def context_key(node) -> str:
+    from node.roles.context import context_of
+
+    return context_of(node).identity.node_id.hex()
