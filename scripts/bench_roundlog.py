@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from repops_cupy.hashing import hash_tensor
-from repops_cupy.roundlog.job import Job
+from repops_cupy.roundlog.job import Job, load_spec
 from repops_cupy.roundlog.npbackend import NumpyProducts
 from repops_cupy.roundlog.state import trace_root
 from repops_cupy.roundlog.thresholds import MARGIN, Thresholds
@@ -39,6 +39,18 @@ from repops_cupy.roundlog.trainer import Auditor, RoundLogTrainer, calibrate
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = {"cnn": ROOT / "scripts/jobs/cnn-roundlog.toml", "gpt": ROOT / "scripts/jobs/gpt-roundlog.toml"}
+
+
+def _gpt_on_synthetic_tokens() -> dict:
+    """The GPT job on synthetic Markov-chain tokens (vocabulary 64) instead of the sonnets."""
+    raw = load_spec(JOBS["gpt"])
+    raw["data"] = {"kind": "synthetic-tokens", "vocab": 64, "block": 64}
+    raw["model"]["args"]["vocab"] = 64
+    raw["job"]["name"] = "gpt-synthetic-roundlog"
+    return raw
+
+
+JOB_BUILDERS = {"cnn": lambda: JOBS["cnn"], "gpt": lambda: JOBS["gpt"], "gpt-syn": _gpt_on_synthetic_tokens}
 PAIRS = {
     "threads": dict(threads=2),
     "numpy": dict(threads=1, backend="numpy"),
@@ -110,7 +122,7 @@ def plain_divergence(job: Job, steps: int, pairs: list[str]) -> dict:
 
 
 def bench_model(name: str, steps: int, pairs: list[str], interval: int) -> dict:
-    job = Job(JOBS[name])
+    job = Job(JOB_BUILDERS[name]())
     torch.set_num_threads(1)
     out: dict = {"model": name, "steps": steps}
     factory = job.model_factory()
@@ -197,7 +209,7 @@ def run_calibration(steps: int, models: list[str], pairs: list[str]) -> dict:
     merged = None
     report = {}
     for name in models:
-        job = Job(JOBS[name])
+        job = Job(JOB_BUILDERS[name]())
         for pair in pairs:
             t = time.perf_counter()
             c = calibrate(job.model_factory(), job.optimizer, job.data, job.config(**REFERENCE),
@@ -233,7 +245,7 @@ def write_table(cal: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--models", default="cnn,gpt")
+    ap.add_argument("--models", default="cnn,gpt", help="cnn, gpt, gpt-syn (the GPT on synthetic tokens)")
     ap.add_argument("--pairs", default="threads,numpy,micro")
     ap.add_argument("--interval", type=int, default=5, help="checkpoint interval for the trace roots")
     ap.add_argument("--calibrate", type=int, default=0, metavar="N")
@@ -252,7 +264,7 @@ def main() -> None:
     for name in models:
         r = bench_model(name, args.steps, pairs, args.interval)
         results.append(r)
-        print(f"\n== {name}: {r['parameters']} parameters, {r['steps']} steps, batch {Job(JOBS[name]).batch_size}")
+        print(f"\n== {name}: {r['parameters']} parameters, {r['steps']} steps, batch {Job(JOB_BUILDERS[name]()).batch_size}")
         ts, tr = r["time_per_step_s"], r["time_ratio_to_float32"]
         print("time per step: " + ", ".join(f"{k} {ts[k] * 1e3:.1f} ms ({tr[k]:.1f}x)" for k in ts))
         lg = r["log"]
