@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("node.train_cli", "train_main", "train a job (TOML) with reproducible operators; prints the trace root"),
     "replay": ("node.train_cli", "replay_main", "recompute one checkpoint interval of a trained job and compare with its trace"),
     "dispute-sim": ("node.dispute_sim", "dispute_sim_main", "play the dispute game between an honest and a cheating party on a job, in one process"),
+    "submit": ("node.submit_cli", "submit_main", "submit a training job to the network (escrow, providers, checked result, disputes, settlement)"),
+    "testnet": ("node.testnet_cli", "testnet_main", "run a network of nodes on loopback, some cheating on purpose, and report what happened"),
 }
 
 

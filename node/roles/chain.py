@@ -213,6 +213,17 @@ def _deploy_canonical(chain: Any) -> str:
     return address
 
 
+def ensure_dev_contract(url: str) -> str:
+    """The canonical dev deployment's address on the chain at ``url``, deploying it if needed."""
+    from contracts import RpcChain
+
+    chain = RpcChain(url)
+    try:
+        return _deploy_canonical(chain)
+    finally:
+        chain.close()
+
+
 def open_binding_sync(config: Any, seed: bytes) -> ChainBinding:
     """Connect to the configured chain and contract with this node's account (blocking)."""
     from contracts import ChainError, RpcChain, Settlement
