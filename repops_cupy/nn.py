@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _cpu_kernels as _kernels
 from . import registry
 from ._backend import array_module
 from ._nn_checks import (
@@ -77,6 +78,8 @@ def softmax(x: Any, axis: int = -1) -> Any:
     require_float32("softmax", "x", x)
     xp = array_module(x)
     axis = normalize_axis("softmax", axis, x.ndim)
+    if _kernels.enabled(xp) and x.shape[axis]:  # the same sequence, one row at a time
+        return _kernels.softmax(x, axis)
     e = exp_f64(_shifted_f64(xp, x, axis))
     # in place where a temporary would only be copied: the same IEEE operations
     probs = xp.divide(e, _tree_sum_keepdims(xp, e, axis), out=e)
@@ -91,6 +94,8 @@ def softmax_grad(g: Any, out: Any, axis: int = -1) -> Any:
     _check_same_shape("softmax_grad", g, out, "g,out")
     xp = array_module(g, out)
     axis = normalize_axis("softmax_grad", axis, g.ndim)
+    if _kernels.enabled(xp) and g.size:
+        return _kernels.softmax_grad(g, out, axis)
     g64 = g.astype(np.float64)
     out64 = out.astype(np.float64)
     dot = _tree_sum_keepdims(xp, g64 * out64, axis)
@@ -104,6 +109,8 @@ def log_softmax(x: Any, axis: int = -1) -> Any:
     require_float32("log_softmax", "x", x)
     xp = array_module(x)
     axis = normalize_axis("log_softmax", axis, x.ndim)
+    if _kernels.enabled(xp) and x.shape[axis]:
+        return _kernels.log_softmax(x, axis)
     z = _shifted_f64(xp, x, axis)
     log_total = log_f64(_tree_sum_keepdims(xp, exp_f64(z), axis))
     return as_array(xp, xp.subtract(z, log_total, out=z).astype(np.float32))
@@ -117,6 +124,8 @@ def log_softmax_grad(g: Any, out: Any, axis: int = -1) -> Any:
     _check_same_shape("log_softmax_grad", g, out, "g,out")
     xp = array_module(g, out)
     axis = normalize_axis("log_softmax_grad", axis, g.ndim)
+    if _kernels.enabled(xp) and g.size:
+        return _kernels.log_softmax_grad(g, out, axis)
     g64 = g.astype(np.float64)
     total = _tree_sum_keepdims(xp, g64, axis)
     scaled = xp.multiply(exp_f64(out.astype(np.float64)), total)
@@ -156,6 +165,8 @@ def layer_norm(x: Any, gamma: Any, beta: Any, eps: float = 1e-5) -> Any:
     """((x - mean) * rstd) * gamma + beta over the last axis, rstd = 1 / sqrt(var + eps); float64 inside."""
     _check_layer_norm("layer_norm", x, eps, ("gamma", gamma), ("beta", beta))
     xp = array_module(x, gamma, beta)
+    if _kernels.enabled(xp):
+        return _kernels.layer_norm(x, gamma, beta, eps)
     xhat, _ = _normalized_f64(x, eps)
     y = xp.multiply(xhat, gamma.astype(np.float64), out=xhat)
     y = xp.add(y, beta.astype(np.float64), out=y)
@@ -169,6 +180,8 @@ def layer_norm_grad_x(g: Any, x: Any, gamma: Any, eps: float = 1e-5) -> Any:
     require_float32("layer_norm_grad_x", "g", g)
     _check_same_shape("layer_norm_grad_x", g, x, "g,x")
     xp = array_module(g, x, gamma)
+    if _kernels.enabled(xp):
+        return _kernels.layer_norm_grad_x(g, x, gamma, eps)
     xhat, rstd = _normalized_f64(x, eps)
     gg = g.astype(np.float64)
     gg = xp.multiply(gg, gamma.astype(np.float64), out=gg)
@@ -188,8 +201,11 @@ def layer_norm_grad_gamma(g: Any, x: Any, eps: float = 1e-5) -> Any:
     require_float32("layer_norm_grad_gamma", "g", g)
     _check_same_shape("layer_norm_grad_gamma", g, x, "g,x")
     xp = array_module(g, x)
-    xhat, _ = _normalized_f64(x, eps)
-    products = xp.multiply(xhat, g.astype(np.float64), out=xhat).reshape(-1, width)
+    if _kernels.enabled(xp):
+        products = _kernels.layer_norm_xhat_g(g, x, eps)
+    else:
+        xhat, _ = _normalized_f64(x, eps)
+        products = xp.multiply(xhat, g.astype(np.float64), out=xhat).reshape(-1, width)
     return as_array(xp, tree_sum_f64(products, 0).astype(np.float32))
 
 
@@ -215,9 +231,12 @@ def _check_cross_entropy(op: str, logits: Any, targets: Any) -> tuple[Any, int, 
 def cross_entropy(logits: Any, targets: Any) -> Any:
     """-(tree_sum over rows of log_softmax(logits)[n, targets[n]]) / N in float64, one rounding; shape ()."""
     xp, rows, _ = _check_cross_entropy("cross_entropy", logits, targets)
-    z = _shifted_f64(xp, logits, 1)
-    log_total = log_f64(tree_sum_f64(exp_f64(z), 1))
-    picked = z[xp.arange(rows), targets] - log_total
+    if _kernels.enabled(xp):
+        picked = _kernels.cross_entropy_picked(logits, targets)
+    else:
+        z = _shifted_f64(xp, logits, 1)
+        log_total = log_f64(tree_sum_f64(exp_f64(z), 1))
+        picked = z[xp.arange(rows), targets] - log_total
     return as_array(xp, (-tree_sum_f64(picked, 0) / rows).astype(np.float32))
 
 
@@ -228,6 +247,8 @@ def cross_entropy_grad(g: Any, logits: Any, targets: Any) -> Any:
     require_float32("cross_entropy_grad", "g", g)
     if g.shape != ():
         raise OpError(f"cross_entropy_grad: g must have shape (), got {tuple(g.shape)}")
+    if _kernels.enabled(xp):
+        return _kernels.cross_entropy_grad(logits, targets, float(g.astype(np.float64) / rows))
     e = exp_f64(_shifted_f64(xp, logits, 1))
     probs = e / _tree_sum_keepdims(xp, e, 1)
     row_index = xp.arange(rows)

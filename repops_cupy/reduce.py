@@ -41,6 +41,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from . import _cpu_kernels as _kernels
 from . import registry
 from ._backend import array_module
 from ._nn_checks import as_array, require_float32
@@ -173,6 +174,15 @@ def _tree_sum_any(xp: Any, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any
     kept = [i for i in range(len(shape)) if i not in axes]
     rows = math.prod(shape[i] for i in kept)
     trailing = list(axes) == list(range(len(shape) - len(axes), len(shape)))
+    if _kernels.enabled(xp):
+        # compiled trees (same tree): read the reduced axes in place where they are
+        # trailing or leading, so that no transposed copy is made
+        leading = list(axes) == list(range(len(axes)))
+        if trailing or (not leading and rows < _FEW_ROWS):
+            total = _kernels.tree_last(x.transpose(kept + list(axes)).reshape(rows, n))
+        else:
+            total = _kernels.tree_first(x.transpose(list(axes) + kept).reshape(n, rows))
+        return total.reshape(out_shape)
     with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN sums are IEEE results
         if rows < _FEW_ROWS or (trailing and n >= _LONG_ROW):
             total = _tree_last(xp, x.transpose(kept + list(axes)).reshape(rows, n))

@@ -155,11 +155,18 @@ _CHUNK = 16384
 
 
 def _in_chunks(fn):
-    """Apply a float64 elementwise function to cache-sized pieces on the NumPy path."""
+    """Apply a float64 elementwise function to cache-sized pieces on the NumPy path.
+
+    With the compiled CPU kernels enabled (see `_cpu_kernels`), a NumPy array goes to
+    the kernel of the same name instead: the same values, one element at a time.
+    """
+    kernel = fn.__name__.removesuffix("_f64")
 
     @functools.wraps(fn)
     def chunked(x: Any) -> Any:
         xp = _require_f64(fn.__name__, x)
+        if _kernels.enabled(xp):
+            return _kernels.map_unary(kernel, x, np.float64)
         if xp is not np or x.size <= _CHUNK:
             return fn(x)
         flat = x.reshape(-1)
@@ -402,6 +409,8 @@ def sigmoid_f64(x: Any) -> Any:
 def _unary_f32(op: str, x: Any, f64: Any) -> Any:
     require_float32(op, "x", x)
     xp = array_module(x)
+    if _kernels.enabled(xp):  # widening, the float64 function and the rounding, per element
+        return _kernels.map_unary(op, x, np.float32)
     with _quiet(xp):  # results beyond the float32 range round to +-inf, as IEEE says
         if xp is not np or x.size <= _CHUNK:
             return as_array(xp, f64(x.astype(np.float64)).astype(np.float32))
@@ -499,6 +508,11 @@ def rsqrt_grad(g: Any, out: Any) -> Any:
     with _quiet(xp):
         return as_array(xp, (g64 * (-0.5 * ((o * o) * o))).astype(np.float32))
 
+
+# --- compiled CPU path ----------------------------------------------------------------
+
+# imported last: the kernels read this module's constants when they compile
+from . import _cpu_kernels as _kernels  # noqa: E402
 
 # --- backward rules ---------------------------------------------------------------
 

@@ -1,0 +1,1006 @@
+"""Compiled CPU kernels for the transcendentals, the fixed tree sum and the nn row ops.
+
+The NumPy array code in `transcendental`, `reduce` and `nn` is the specification;
+these kernels compute the same values, faster: an element goes through its whole
+chain of float64 operations at once, and a row through its whole tree. numba compiles
+without fastmath, so every float operation is the IEEE operation that the array code
+performs, in the same order: no contraction into FMA, no reassociation.
+`tests/repops/test_cpu_kernels.py` compares the bits with the array code and checks
+that the machine code holds no FMA instruction.
+
+Conventions that keep the loops vectorizable and the bits unchanged:
+- error_model="numpy": x/0 is the IEEE inf or NaN, as in NumPy (numba's default
+  would raise ZeroDivisionError, and its check blocks SIMD).
+- Like the array code, a primitive computes its formula on a stand-in value for the
+  lanes a special case overrides, then selects; where the array code selects between
+  formulas that share a final operation (one ldexp, one division), the operands are
+  selected first and the operation is done once: the same operation on the same
+  operands.
+- ldexp is `_ldexp`: the product by one or two exact powers of two with a single
+  rounding, the correctly rounded result that C's ldexp (NumPy's) returns.
+
+Elementwise results and per-row trees do not depend on how rows or elements are
+shared among threads, so the kernels run under numba's `prange` on all cores.
+
+Used only for NumPy arrays, when numba imports and the environment variable
+REPOPS_CPU_KERNELS is not "0" (set it to force the array code, e.g. to compare).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+
+import numpy as np
+
+from . import transcendental as T
+
+ENV = "REPOPS_CPU_KERNELS"
+
+# Layout of the tree's work (never its shape). Rows are summed in blocks of _BLOCK
+# elements (complete subtrees: a power of two starting at a multiple of itself), and
+# a row longer than _PIECE is cut into pieces summed in parallel, each a complete
+# subtree too; their sums continue the same tree (see reduce.py).
+_BLOCK = 256
+_PIECE = 1 << 16
+_COL_TILE = 512  # columns summed together by the tree over the first axis
+_STACK = 64  # one partial sum per bit of a length
+
+try:
+    from numba import njit, prange
+except ImportError:  # pragma: no cover - exercised only where numba is absent
+    AVAILABLE = False
+else:
+    AVAILABLE = True
+
+
+def enabled(xp) -> bool:
+    """Whether the compiled path serves arrays of module `xp` now."""
+    return xp is np and AVAILABLE and os.environ.get(ENV, "1") != "0"
+
+
+def _spec_fingerprint() -> str:
+    """The values of the specification's constants that the kernels compile in."""
+    constants = sorted((name, value) for name, value in vars(T).items()
+                       if name.isupper() and isinstance(value, (float, int, tuple)))
+    return hashlib.sha256(repr(constants).encode()).hexdigest()
+
+
+if AVAILABLE:
+    try:
+        from numba.core.caching import FunctionCache
+    except ImportError:  # pragma: no cover - a numba without this class keeps its own cache keys
+        FunctionCache = None
+
+    if FunctionCache is not None:
+
+        class _SpecKeyedCache(FunctionCache):
+            """numba's on-disk cache, its entries also keyed by the constants of `transcendental`.
+
+            numba keys an entry by this file and the function's bytecode only; the
+            constants read from another module are frozen into the machine code, so a
+            change there must not find the old entry.
+            """
+
+            fingerprint = _spec_fingerprint()
+
+            def _index_key(self, sig, codegen):
+                return (*super()._index_key(sig, codegen), self.fingerprint)
+
+    def _compile(**options):
+        """njit with an on-disk cache (reused by later processes), without one where no cache dir is writable."""
+
+        def decorate(fn):
+            try:
+                dispatcher = njit(cache=True, nogil=True, error_model="numpy", **options)(fn)
+            except RuntimeError:  # numba found no writable cache location
+                return njit(cache=False, nogil=True, error_model="numpy", **options)(fn)
+            if FunctionCache is not None and type(dispatcher._cache) is FunctionCache:
+                dispatcher._cache = _SpecKeyedCache(fn)
+            return dispatcher
+
+        return decorate
+
+    # Elementwise helpers are inlined into the loops that call them (LLVM would leave
+    # the larger ones as calls, and a call keeps a loop from being vectorized); the
+    # tree, a loop itself, stays one function (much less to compile).
+    _scalar = _compile(inline="always")
+    _function = _compile()
+    _kernel = _compile(parallel=True)
+
+    # The constants of `transcendental` are read as T.NAME when a kernel is first
+    # compiled (so the two modules may import each other) and become constants.
+    _HIGH_WORD = np.uint64(0xFFFFFFFF00000000)
+    _MANTISSA = np.uint64(0x000FFFFFFFFFFFFF)
+    _HALF_EXPONENT = np.uint64(0x3FE0000000000000)  # the exponent field of [0.5, 1)
+    _SMALLEST_NORMAL_BITS = np.uint64(0x0010000000000000)
+    _TWO_54 = 2.0**54
+
+    # --- exact bit-level helpers ------------------------------------------------
+
+    @_scalar
+    def _pow2(k):
+        # 2^k for integer k in [-1022, 1023], built from its bit pattern (exact)
+        return np.uint64(np.int64(k + 1023) << 52).view(np.float64)
+
+    @_scalar
+    def _ldexp(y, k):
+        # y * 2^k rounded once, as C ldexp, for k in [-1991, 2046] (musl's scalbn
+        # with one step): the first product is exact (or the result is 0 or inf anyway)
+        k2 = 0
+        if k > 1023:
+            k2 = 1023
+        if k < -1022:
+            k2 = -969  # leaves a final factor below 2^-53: no double rounding
+        return (y * _pow2(k - k2)) * _pow2(k2)
+
+    @_scalar
+    def _high_word(a):
+        # a with the low 32 bits of its float64 pattern cleared (exact)
+        return np.uint64(np.float64(a).view(np.uint64) & _HIGH_WORD).view(np.float64)
+
+    @_scalar
+    def _poly(z, coeffs):
+        # c0 + z*(c1 + z*(... + z*cn)), innermost first, as transcendental._poly
+        n = len(coeffs)
+        acc = z * coeffs[n - 1]
+        for i in range(n - 2, 0, -1):
+            acc = z * (coeffs[i] + acc)
+        return coeffs[0] + acc
+
+    @_scalar
+    def _one_plus_poly(z, coeffs):
+        # 1 + z*(c1 + z*(... + z*cn)) with coeffs = (c1, ..., cn), as transcendental._one_plus_poly
+        n = len(coeffs)
+        acc = z * coeffs[n - 1]
+        for i in range(n - 2, -1, -1):
+            acc = z * (coeffs[i] + acc)
+        return 1.0 + acc
+
+    # --- scalar float64 primitives (the array code of `transcendental`, per element) ---
+
+    @_scalar
+    def exp_scalar(x):
+        xs = x
+        if not (x >= T.U_THRESHOLD and x <= T.O_THRESHOLD):  # NaN, overflow, underflow
+            xs = 0.0
+        half = 0.5
+        if xs < 0:
+            half = -0.5
+        k = np.trunc(xs * T.INVLN2 + half)
+        hi = xs - k * T.LN2_HI
+        lo = k * T.LN2_LO
+        r = hi - lo
+        t = r * r
+        c = r - t * (T.EXP_P1 + t * (T.EXP_P2 + t * (T.EXP_P3 + t * (T.EXP_P4 + t * T.EXP_P5))))
+        y = _ldexp(1.0 - ((lo - (r * c) / (2.0 - c)) - hi), np.int64(k))
+        if x < T.U_THRESHOLD:
+            y = 0.0
+        if x > T.O_THRESHOLD:
+            y = math.inf
+        if x != x:
+            y = x
+        return y
+
+    @_scalar
+    def expm1_scalar(x):
+        tiny = abs(x) < T.TWO_M54
+        xs = x
+        if not (x >= T.EXPM1_SATURATE and x <= T.O_THRESHOLD) or tiny:
+            xs = 0.0
+        reduce = abs(xs) > T.HALF_LN2
+        half = 0.5
+        if xs < 0:
+            half = -0.5
+        k = np.trunc(xs * T.INVLN2 + half)
+        if not reduce:
+            k = 0.0
+        hi = xs - k * T.LN2_HI
+        lo = k * T.LN2_LO
+        r = xs
+        c = 0.0
+        if reduce:
+            r = hi - lo
+            c = (hi - r) - lo
+        hfx = 0.5 * r
+        hxs = r * hfx
+        r1 = 1.0 + hxs * (T.EXPM1_Q1 + hxs * (T.EXPM1_Q2 + hxs * (T.EXPM1_Q3 + hxs * (T.EXPM1_Q4 + hxs * T.EXPM1_Q5))))
+        t = 3.0 - r1 * hfx
+        e = hxs * ((r1 - t) / (6.0 - r * t))
+        y_k0 = r - (r * e - hxs)
+        e = (r * (e - c) - c) - hxs
+        ki = np.int64(k)
+        y_km1 = 0.5 * (r - e) - 0.5
+        if r < -0.25:
+            y_kp1 = -2.0 * (e - (r + 0.5))
+        else:
+            y_kp1 = 1.0 + 2.0 * (r - e)
+        # far (k <= -2 or k > 56): ldexp(1 - (e - r), k) - 1; near (2 <= k < 20):
+        # ldexp((1 - 2^-k) - (e - r), k); mid (20 <= k <= 56): ldexp((r - (e + 2^-k)) + 1, k)
+        far = ki <= -2 or ki > 56
+        two_mk = _ldexp(1.0, -ki)
+        if far:
+            scaled = 1.0 - (e - r)
+        elif ki >= 20:
+            scaled = (r - (e + two_mk)) + 1.0
+        else:
+            scaled = (1.0 - two_mk) - (e - r)
+        y = _ldexp(scaled, ki)
+        if far:
+            y = y - 1.0
+        if ki == 1:
+            y = y_kp1
+        if ki == -1:
+            y = y_km1
+        if ki == 0:
+            y = y_k0
+        if tiny:
+            y = x
+        if x < T.EXPM1_SATURATE:
+            y = -1.0
+        if x > T.O_THRESHOLD:
+            y = math.inf
+        if x != x:
+            y = x
+        return y
+
+    @_scalar
+    def log_scalar(x):
+        invalid = x != x or x < 0
+        zero = x == 0
+        pos_inf = x == math.inf
+        xs = x
+        if invalid or zero or pos_inf:
+            xs = 1.0
+        # frexp(xs) = (m, e), m in [0.5, 1): exact, subnormals scaled up by 2^54 first
+        bits = np.float64(xs).view(np.uint64)
+        subnormal = bits < _SMALLEST_NORMAL_BITS
+        if subnormal:
+            bits = np.float64(xs * _TWO_54).view(np.uint64)
+        e = np.int64(bits >> np.uint64(52)) - 1022
+        if subnormal:
+            e -= 54
+        m = np.uint64((bits & _MANTISSA) | _HALF_EXPONENT).view(np.float64)
+        if m < T.SQRT_HALF:
+            m = m * 2.0
+            e -= 1
+        dk = np.float64(e)
+        f = m - 1.0  # exact (Sterbenz)
+        hfsq = 0.5 * f * f
+        s = f / (2.0 + f)
+        z = s * s
+        w = z * z
+        t1 = w * (T.LOG_LG2 + w * (T.LOG_LG4 + w * T.LOG_LG6))
+        t2 = z * (T.LOG_LG1 + w * (T.LOG_LG3 + w * (T.LOG_LG5 + w * T.LOG_LG7)))
+        big_r = t2 + t1
+        y = s * (hfsq + big_r) + dk * T.LN2_LO - hfsq + f + dk * T.LN2_HI
+        if zero:
+            y = -math.inf
+        if pos_inf:
+            y = math.inf
+        if invalid:
+            y = np.nan
+        return y
+
+    @_scalar
+    def tanh_scalar(x):
+        ax = abs(x)
+        ge1 = ax >= 1.0
+        arg = -2.0 * ax
+        if ge1:
+            arg = 2.0 * ax
+        if x != x or ax >= T.TANH_SATURATE:
+            arg = 0.0
+        t = expm1_scalar(arg)
+        # ge1: 1 - 2/(t+2); else -t/(t+2)
+        num = -t
+        if ge1:
+            num = 2.0
+        q = num / (t + 2.0)
+        z = q
+        if ge1:
+            z = 1.0 - q
+        if ax >= T.TANH_SATURATE:
+            z = 1.0
+        y = z
+        if x < 0:
+            y = -z
+        if ax < T.TWO_M55:
+            y = x * (1.0 + x)
+        if x != x:
+            y = x
+        return y
+
+    @_scalar
+    def _poly_of(z, first, a, b):
+        # _poly(z, a) where first, else _poly(z, b); a and b of one length
+        n = len(a)
+        acc = z * (a[n - 1] if first else b[n - 1])
+        for i in range(n - 2, 0, -1):
+            acc = z * ((a[i] if first else b[i]) + acc)
+        return (a[0] if first else b[0]) + acc
+
+    @_scalar
+    def _one_plus_poly_of(z, first, a, b):
+        # _one_plus_poly(z, a) where first, else _one_plus_poly(z, b); a and b of one length
+        n = len(a)
+        acc = z * (a[n - 1] if first else b[n - 1])
+        for i in range(n - 2, -1, -1):
+            acc = z * ((a[i] if first else b[i]) + acc)
+        return 1.0 + acc
+
+    # RB and SB have one coefficient fewer than RA and SA. Padded with a zero top
+    # coefficient they give the same Horner values: z*0 = +0 and c + 0 = c for z > 0.
+    _ERF_RB_PADDED = T.ERF_RB + (0.0,)
+    _ERF_SB_PADDED = T.ERF_SB + (0.0,)
+
+    @_scalar
+    def _erf_tail(at, split):
+        # exp(-zh*zh - 0.5625) * exp((zh-at)*(zh+at) + R/S) for at in [1.25, 28), as
+        # transcendental._erf_tail_exp
+        s = 1.0 / (at * at)
+        first = at < split
+        big_r = _poly_of(s, first, T.ERF_RA, _ERF_RB_PADDED)
+        big_s = _one_plus_poly_of(s, first, T.ERF_SA, _ERF_SB_PADDED)
+        zh = _high_word(at)
+        return exp_scalar(-zh * zh - 0.5625) * exp_scalar((zh - at) * (zh + at) + big_r / big_s)
+
+    @_scalar
+    def erf_scalar(x):
+        ax = abs(x)
+        # |x| < 0.84375
+        z = x * x
+        y_small = x + x * (_poly(z, T.ERF_PP) / _one_plus_poly(z, T.ERF_QQ))
+        if ax < T.ERF_TINY:
+            y_small = x + T.ERF_EFX * x
+        if ax < T.ERF_SUBNORMAL:
+            y_small = (8.0 * x + T.ERF_EFX8 * x) / 8.0
+        # 0.84375 <= |x| < 1.25
+        s = ax - 1.0
+        mid = T.ERF_ERX + _poly(s, T.ERF_PA) / _one_plus_poly(s, T.ERF_QA)
+        # 1.25 <= |x| < 6
+        at = 2.0
+        if ax >= T.ERF_MID and ax < T.ERF_BIG:
+            at = ax
+        tail = 1.0 - _erf_tail(at, T.ERF_SPLIT) / at
+        magnitude = 1.0
+        if ax < T.ERF_BIG:
+            magnitude = tail
+        if ax < T.ERF_MID:
+            magnitude = mid
+        y = magnitude
+        if x < 0:
+            y = -magnitude
+        if ax < T.ERF_SMALL:
+            y = y_small
+        if x != x:
+            y = x
+        return y
+
+    @_scalar
+    def erfc_scalar(x):
+        ax = abs(x)
+        neg = x < 0
+        z = x * x
+        y = _poly(z, T.ERF_PP) / _one_plus_poly(z, T.ERF_QQ)
+        if x < T.ERFC_QUARTER:
+            small = 1.0 - (x + x * y)
+        else:
+            small = 0.5 - (x * y + (x - 0.5))
+        if ax < T.ERFC_TINY:
+            small = 1.0 - x
+        s = ax - 1.0
+        ratio = _poly(s, T.ERF_PA) / _one_plus_poly(s, T.ERF_QA)
+        if neg:
+            mid = 1.0 + (T.ERF_ERX + ratio)
+        else:
+            mid = (1.0 - T.ERF_ERX) - ratio
+        at = 2.0
+        if ax >= T.ERF_MID and ax < T.ERFC_BIG:
+            at = ax
+        q = _erf_tail(at, T.ERFC_SPLIT) / at
+        tail = q
+        if neg:
+            tail = 2.0 - q
+        if neg and ax >= T.ERF_BIG:
+            tail = 2.0
+        far = 0.0
+        if neg:
+            far = 2.0
+        r = far
+        if ax < T.ERFC_BIG:
+            r = tail
+        if ax < T.ERF_MID:
+            r = mid
+        if ax < T.ERF_SMALL:
+            r = small
+        if x != x:
+            r = x
+        return r
+
+    @_scalar
+    def sigmoid_scalar(x):
+        return 1.0 / (1.0 + exp_scalar(-x))
+
+    # --- elementwise maps over flat contiguous arrays (float32 or float64 in and out) ---
+    # Reading a float32 element widens it exactly; storing into a float32 array rounds
+    # once to nearest even: the public ops' float32(f(float64(x))). Each map is a
+    # serial span (the loop numba vectorizes) and a parallel driver over spans, which
+    # keeps numba's parallel compilation away from the large inlined bodies.
+
+    @_function
+    def _exp_span(x, out, start, stop):
+        for i in range(start, stop):
+            out[i] = exp_scalar(np.float64(x[i]))
+
+    @_function
+    def _expm1_span(x, out, start, stop):
+        for i in range(start, stop):
+            out[i] = expm1_scalar(np.float64(x[i]))
+
+    @_function
+    def _log_span(x, out, start, stop):
+        for i in range(start, stop):
+            out[i] = log_scalar(np.float64(x[i]))
+
+    @_function
+    def _tanh_span(x, out, start, stop):
+        for i in range(start, stop):
+            out[i] = tanh_scalar(np.float64(x[i]))
+
+    @_function
+    def _erf_span(x, out, start, stop):
+        for i in range(start, stop):
+            out[i] = erf_scalar(np.float64(x[i]))
+
+    @_function
+    def _erfc_span(x, out, start, stop):
+        for i in range(start, stop):
+            out[i] = erfc_scalar(np.float64(x[i]))
+
+    @_function
+    def _sigmoid_span(x, out, start, stop):
+        for i in range(start, stop):
+            out[i] = sigmoid_scalar(np.float64(x[i]))
+
+    @_kernel
+    def exp_map(x, out, chunks):
+        n = x.shape[0]
+        for c in prange(chunks):
+            _exp_span(x, out, c * n // chunks, (c + 1) * n // chunks)
+
+    @_kernel
+    def expm1_map(x, out, chunks):
+        n = x.shape[0]
+        for c in prange(chunks):
+            _expm1_span(x, out, c * n // chunks, (c + 1) * n // chunks)
+
+    @_kernel
+    def log_map(x, out, chunks):
+        n = x.shape[0]
+        for c in prange(chunks):
+            _log_span(x, out, c * n // chunks, (c + 1) * n // chunks)
+
+    @_kernel
+    def tanh_map(x, out, chunks):
+        n = x.shape[0]
+        for c in prange(chunks):
+            _tanh_span(x, out, c * n // chunks, (c + 1) * n // chunks)
+
+    @_kernel
+    def erf_map(x, out, chunks):
+        n = x.shape[0]
+        for c in prange(chunks):
+            _erf_span(x, out, c * n // chunks, (c + 1) * n // chunks)
+
+    @_kernel
+    def erfc_map(x, out, chunks):
+        n = x.shape[0]
+        for c in prange(chunks):
+            _erfc_span(x, out, c * n // chunks, (c + 1) * n // chunks)
+
+    @_kernel
+    def sigmoid_map(x, out, chunks):
+        n = x.shape[0]
+        for c in prange(chunks):
+            _sigmoid_span(x, out, c * n // chunks, (c + 1) * n // chunks)
+
+    MAPS = {
+        "exp": exp_map, "expm1": expm1_map, "log": log_map, "tanh": tanh_map,
+        "erf": erf_map, "erfc": erfc_map, "sigmoid": sigmoid_map,
+    }
+    SPANS = {
+        "exp": _exp_span, "expm1": _expm1_span, "log": _log_span, "tanh": _tanh_span,
+        "erf": _erf_span, "erfc": _erfc_span, "sigmoid": _sigmoid_span,
+    }
+
+    # --- the fixed tree ---------------------------------------------------------------
+    # A length n = 2^b1 + 2^b2 + ... (b1 > b2 > ...) splits into complete subtrees of
+    # 2^b1, 2^b2, ... consecutive elements, and the tree of reduce.py is
+    # C1 + (C2 + (... + Cj)), each C a complete pairwise tree: the levels give that
+    # shape (a node at level L covers [i 2^L, min((i+1) 2^L, n))).
+
+    @_function
+    def _tree_levels(row, start, n, buf):
+        # the tree of row[start:start+n] (n >= 1) level by level, in buf (>= n/2 float64)
+        if n == 1:
+            return np.float64(row[start])
+        half = n // 2
+        for i in range(half):
+            buf[i] = np.float64(row[start + 2 * i]) + np.float64(row[start + 2 * i + 1])
+        if n % 2:
+            buf[half] = np.float64(row[start + n - 1])
+        n -= half
+        while n > 1:
+            half = n // 2
+            for i in range(half):
+                buf[i] = buf[2 * i] + buf[2 * i + 1]
+            if n % 2:
+                buf[half] = buf[n - 1]
+            n -= half
+        return buf[0]
+
+    @_function
+    def tree_row(row, start, n, buf, stack):
+        """The tree of row[start:start+n] in float64: complete blocks joined by a binary counter."""
+        if n == 0:
+            return 0.0
+        blocks = n // _BLOCK
+        if blocks == 0:
+            return _tree_levels(row, start, n, buf)
+        for j in range(blocks):
+            s = _tree_levels(row, start + j * _BLOCK, _BLOCK, buf)
+            level = 0
+            done = j
+            while done & 1:  # j blocks before this one: merge equal complete subtrees
+                s = stack[level] + s
+                done >>= 1
+                level += 1
+            stack[level] = s
+        rest = n - blocks * _BLOCK
+        have = rest > 0
+        acc = 0.0
+        if have:
+            acc = _tree_levels(row, start + blocks * _BLOCK, rest, buf)
+        level = 0
+        while blocks:
+            if blocks & 1:
+                acc = stack[level] + acc if have else stack[level]
+                have = True
+            blocks >>= 1
+            level += 1
+        return acc
+
+    @_function
+    def _tree_rows_span(a, out, first, stop):
+        n = a.shape[1]
+        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        stack = np.empty(_STACK, np.float64)
+        for r in range(first, stop):
+            out[r] = tree_row(a[r], 0, n, buf, stack)
+
+    @_kernel
+    def tree_rows(a, chunks, out):
+        """out[r] = the tree of a[r, :] for a (rows, n) C-contiguous float32/float64 array."""
+        rows = a.shape[0]
+        for c in prange(chunks):
+            _tree_rows_span(a, out, c * rows // chunks, (c + 1) * rows // chunks)
+
+    @_kernel
+    def tree_pieces(a, pieces):
+        """pieces[r, p] = the tree of a[r, p*_PIECE:(p+1)*_PIECE] (the last piece may be shorter)."""
+        rows, n = a.shape
+        count = pieces.shape[1]
+        for q in prange(rows * count):
+            r = q // count
+            p = q % count
+            buf = np.empty(_BLOCK // 2 + 1, np.float64)
+            stack = np.empty(_STACK, np.float64)
+            start = p * _PIECE
+            pieces[r, p] = tree_row(a[r], start, min(_PIECE, n - start), buf, stack)
+
+    @_function
+    def _tree_cols_tile(a, out, c0, width):
+        # Rows enter a binary counter: after j rows, stack[L] holds the complete subtree
+        # of 2^L consecutive rows for each bit L set in j; a new row merges with them
+        # from level 0 up (left + right) while the bits are set. At the end the
+        # subtrees of the bits of n fold from the right.
+        n = a.shape[0]
+        stack = np.empty((_STACK, width), np.float64)
+        s = np.empty(width, np.float64)
+        for j in range(n):
+            row = a[j, c0:c0 + width]
+            if j & 1 == 0:
+                bottom = stack[0]
+                for w in range(width):
+                    bottom[w] = np.float64(row[w])
+                continue
+            left = stack[0]
+            for w in range(width):
+                s[w] = left[w] + np.float64(row[w])
+            level = 1
+            done = j >> 1
+            while done & 1:
+                left = stack[level]
+                for w in range(width):
+                    s[w] = left[w] + s[w]
+                done >>= 1
+                level += 1
+            dst = stack[level]
+            for w in range(width):
+                dst[w] = s[w]
+        have = False
+        level = 0
+        while n >> level:
+            if (n >> level) & 1:
+                part = stack[level]
+                for w in range(width):
+                    s[w] = part[w] + s[w] if have else part[w]
+                have = True
+            level += 1
+        for w in range(width):
+            out[c0 + w] = s[w]
+
+    @_kernel
+    def tree_cols(a, out):
+        """out[c] = the tree of a[:, c] for a (n, cols) C-contiguous float32/float64 array, n >= 1."""
+        cols = a.shape[1]
+        tiles = (cols + _COL_TILE - 1) // _COL_TILE
+        for tile in prange(tiles):
+            c0 = tile * _COL_TILE
+            _tree_cols_tile(a, out, c0, min(_COL_TILE, cols - c0))
+
+    # --- nn rows (the sequences of nn.py, one row at a time) ----------------------------
+
+    @_scalar
+    def _shift_of(row, n):
+        # float64(max(row) + 0f): NaN if any element is NaN, the zero maximum as +0
+        top = np.float32(-np.inf)
+        for i in range(n):
+            v = row[i]
+            if v > top or v != v:
+                top = v
+                if v != v:
+                    break
+        return np.float64(top + np.float32(0.0))
+
+    @_function
+    def _softmax_span(x, out, first, stop):
+        n = x.shape[1]
+        e = np.empty(n, np.float64)
+        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        stack = np.empty(_STACK, np.float64)
+        for r in range(first, stop):
+            row = x[r]
+            top = _shift_of(row, n)
+            for i in range(n):
+                e[i] = exp_scalar(np.float64(row[i]) - top)
+            total = tree_row(e, 0, n, buf, stack)
+            dst = out[r]
+            for i in range(n):
+                dst[i] = e[i] / total
+
+    @_kernel
+    def softmax_rows(x, chunks, out):
+        """out = e / tree(e), e = exp(x - max), per row of a (rows, n) float32 array."""
+        rows = x.shape[0]
+        for c in prange(chunks):
+            _softmax_span(x, out, c * rows // chunks, (c + 1) * rows // chunks)
+
+    @_function
+    def _log_softmax_span(x, out, first, stop):
+        n = x.shape[1]
+        e = np.empty(n, np.float64)
+        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        stack = np.empty(_STACK, np.float64)
+        for r in range(first, stop):
+            row = x[r]
+            top = _shift_of(row, n)
+            for i in range(n):
+                e[i] = exp_scalar(np.float64(row[i]) - top)
+            log_total = log_scalar(tree_row(e, 0, n, buf, stack))
+            dst = out[r]
+            for i in range(n):
+                dst[i] = (np.float64(row[i]) - top) - log_total
+
+    @_kernel
+    def log_softmax_rows(x, chunks, out):
+        """out = (x - max) - log(tree(exp(x - max))), per row of a (rows, n) float32 array."""
+        rows = x.shape[0]
+        for c in prange(chunks):
+            _log_softmax_span(x, out, c * rows // chunks, (c + 1) * rows // chunks)
+
+    @_function
+    def _softmax_grad_span(g, y, out, first, stop):
+        n = g.shape[1]
+        prod = np.empty(n, np.float64)
+        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        stack = np.empty(_STACK, np.float64)
+        for r in range(first, stop):
+            gr = g[r]
+            yr = y[r]
+            for i in range(n):
+                prod[i] = np.float64(gr[i]) * np.float64(yr[i])
+            dot = tree_row(prod, 0, n, buf, stack)
+            dst = out[r]
+            for i in range(n):
+                dst[i] = np.float64(yr[i]) * (np.float64(gr[i]) - dot)
+
+    @_kernel
+    def softmax_grad_rows(g, y, chunks, out):
+        """out = y * (g - tree(g * y)), per row; g, y (rows, n) float32."""
+        rows = g.shape[0]
+        for c in prange(chunks):
+            _softmax_grad_span(g, y, out, c * rows // chunks, (c + 1) * rows // chunks)
+
+    @_function
+    def _log_softmax_grad_span(g, y, out, first, stop):
+        n = g.shape[1]
+        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        stack = np.empty(_STACK, np.float64)
+        for r in range(first, stop):
+            gr = g[r]
+            yr = y[r]
+            total = tree_row(gr, 0, n, buf, stack)
+            dst = out[r]
+            for i in range(n):
+                dst[i] = np.float64(gr[i]) - exp_scalar(np.float64(yr[i])) * total
+
+    @_kernel
+    def log_softmax_grad_rows(g, y, chunks, out):
+        """out = g - exp(y) * tree(g), per row; g, y (rows, n) float32."""
+        rows = g.shape[0]
+        for c in prange(chunks):
+            _log_softmax_grad_span(g, y, out, c * rows // chunks, (c + 1) * rows // chunks)
+
+    @_function
+    def _layer_norm_span(x, gamma, beta, eps, out, first, stop):
+        n = x.shape[1]
+        d = np.empty(n, np.float64)
+        sq = np.empty(n, np.float64)
+        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        stack = np.empty(_STACK, np.float64)
+        for r in range(first, stop):
+            row = x[r]
+            mean = tree_row(row, 0, n, buf, stack) / n
+            for i in range(n):
+                v = np.float64(row[i]) - mean
+                d[i] = v
+                sq[i] = v * v
+            rstd = 1.0 / math.sqrt(tree_row(sq, 0, n, buf, stack) / n + eps)
+            dst = out[r]
+            for i in range(n):
+                dst[i] = ((d[i] * rstd) * np.float64(gamma[i])) + np.float64(beta[i])
+
+    @_kernel
+    def layer_norm_rows(x, gamma, beta, eps, chunks, out):
+        """out = ((x - mean) * rstd) * gamma + beta per row of a (rows, n) float32 array."""
+        rows = x.shape[0]
+        for c in prange(chunks):
+            _layer_norm_span(x, gamma, beta, eps, out, c * rows // chunks, (c + 1) * rows // chunks)
+
+    @_function
+    def _layer_norm_grad_x_span(g, x, gamma, eps, out, first, stop):
+        n = x.shape[1]
+        xhat = np.empty(n, np.float64)
+        gg = np.empty(n, np.float64)
+        tmp = np.empty(n, np.float64)
+        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        stack = np.empty(_STACK, np.float64)
+        for r in range(first, stop):
+            row = x[r]
+            mean = tree_row(row, 0, n, buf, stack) / n
+            for i in range(n):
+                v = np.float64(row[i]) - mean
+                xhat[i] = v
+                tmp[i] = v * v
+            rstd = 1.0 / math.sqrt(tree_row(tmp, 0, n, buf, stack) / n + eps)
+            gr = g[r]
+            for i in range(n):
+                xhat[i] = xhat[i] * rstd
+                gg[i] = np.float64(gr[i]) * np.float64(gamma[i])
+                tmp[i] = gg[i] * xhat[i]
+            mean_gg = tree_row(gg, 0, n, buf, stack) / n
+            mean_gg_xhat = tree_row(tmp, 0, n, buf, stack) / n
+            dst = out[r]
+            for i in range(n):
+                dst[i] = ((gg[i] - mean_gg) - xhat[i] * mean_gg_xhat) * rstd
+
+    @_kernel
+    def layer_norm_grad_x_rows(g, x, gamma, eps, chunks, out):
+        """out = rstd * ((gg - tree(gg)/n) - xhat * (tree(gg * xhat)/n)), gg = g * gamma, per row."""
+        rows = x.shape[0]
+        for c in prange(chunks):
+            _layer_norm_grad_x_span(g, x, gamma, eps, out, c * rows // chunks, (c + 1) * rows // chunks)
+
+    @_function
+    def _layer_norm_xhat_g_span(g, x, eps, out, first, stop):
+        n = x.shape[1]
+        sq = np.empty(n, np.float64)
+        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        stack = np.empty(_STACK, np.float64)
+        for r in range(first, stop):
+            row = x[r]
+            dst = out[r]
+            mean = tree_row(row, 0, n, buf, stack) / n
+            for i in range(n):
+                v = np.float64(row[i]) - mean
+                dst[i] = v
+                sq[i] = v * v
+            rstd = 1.0 / math.sqrt(tree_row(sq, 0, n, buf, stack) / n + eps)
+            gr = g[r]
+            for i in range(n):
+                dst[i] = (dst[i] * rstd) * np.float64(gr[i])
+
+    @_kernel
+    def layer_norm_xhat_g_rows(g, x, eps, chunks, out):
+        """out (float64) = xhat * g per row: the addends of layer_norm_grad_gamma."""
+        rows = x.shape[0]
+        for c in prange(chunks):
+            _layer_norm_xhat_g_span(g, x, eps, out, c * rows // chunks, (c + 1) * rows // chunks)
+
+    @_function
+    def _cross_entropy_span(x, targets, picked, first, stop):
+        n = x.shape[1]
+        e = np.empty(n, np.float64)
+        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        stack = np.empty(_STACK, np.float64)
+        for r in range(first, stop):
+            row = x[r]
+            top = _shift_of(row, n)
+            for i in range(n):
+                e[i] = exp_scalar(np.float64(row[i]) - top)
+            log_total = log_scalar(tree_row(e, 0, n, buf, stack))
+            picked[r] = (np.float64(row[targets[r]]) - top) - log_total
+
+    @_kernel
+    def cross_entropy_rows(x, targets, chunks, picked):
+        """picked[r] = (x[r, t] - max) - log(tree(exp(x[r] - max))), t = targets[r] (float64)."""
+        rows = x.shape[0]
+        for c in prange(chunks):
+            _cross_entropy_span(x, targets, picked, c * rows // chunks, (c + 1) * rows // chunks)
+
+    @_function
+    def _cross_entropy_grad_span(x, targets, scale, out, first, stop):
+        n = x.shape[1]
+        e = np.empty(n, np.float64)
+        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        stack = np.empty(_STACK, np.float64)
+        for r in range(first, stop):
+            row = x[r]
+            top = _shift_of(row, n)
+            for i in range(n):
+                e[i] = exp_scalar(np.float64(row[i]) - top)
+            total = tree_row(e, 0, n, buf, stack)
+            t = targets[r]
+            dst = out[r]
+            for i in range(n):
+                p = e[i] / total
+                if i == t:
+                    p = p - 1.0
+                dst[i] = p * scale
+
+    @_kernel
+    def cross_entropy_grad_rows(x, targets, scale, chunks, out):
+        """out = (e / tree(e) - onehot(t)) * scale per row, e = exp(x - max)."""
+        rows = x.shape[0]
+        for c in prange(chunks):
+            _cross_entropy_grad_span(x, targets, scale, out, c * rows // chunks, (c + 1) * rows // chunks)
+
+# --- entry points for the operator modules (NumPy arrays only) ------------------------
+
+
+def _chunks(rows: int, per_row: int) -> int:
+    """Row groups for prange: enough to share among threads, each worth starting a thread for."""
+    return max(1, min(rows, 64, rows * per_row // 8192))
+
+
+def map_unary(name: str, x: np.ndarray, out_dtype) -> np.ndarray:
+    """The compiled primitive `name` over every element of x (float32 or float64), C-order result."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(flat.shape, dtype=out_dtype)
+    chunks = _chunks(flat.size, 1)
+    if chunks == 1:  # not worth waking threads
+        SPANS[name](flat, out, 0, flat.size)
+    else:
+        MAPS[name](flat, out, chunks)
+    return out.reshape(x.shape)
+
+
+def tree_last(a: np.ndarray) -> np.ndarray:
+    """The tree over the last axis of a (rows, n) float32/float64 array; float64 (rows,)."""
+    a = np.ascontiguousarray(a)
+    rows, n = a.shape
+    if n > _PIECE:
+        pieces = np.empty((rows, -(-n // _PIECE)), np.float64)
+        tree_pieces(a, pieces)
+        a, n = pieces, pieces.shape[1]
+    out = np.empty(rows, np.float64)
+    if rows:
+        tree_rows(a, _chunks(rows, n), out)
+    return out
+
+
+def tree_first(a: np.ndarray) -> np.ndarray:
+    """The tree over the first axis of an (n, cols) float32/float64 array; float64 (cols,)."""
+    a = np.ascontiguousarray(a)
+    n, cols = a.shape
+    out = np.zeros(cols, np.float64)
+    if n and cols:
+        tree_cols(a, out)
+    return out
+
+
+def _rows(x: np.ndarray, axis: int) -> np.ndarray:
+    """x with `axis` moved last, as a C-contiguous (rows, n) array (no copy when it already is)."""
+    moved = np.moveaxis(x, axis, -1)
+    return np.ascontiguousarray(moved).reshape(-1, moved.shape[-1])
+
+
+def _unrows(out: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
+    """The inverse of `_rows` for a result shaped like x, C-contiguous."""
+    moved_shape = np.moveaxis(x, axis, -1).shape
+    return np.ascontiguousarray(np.moveaxis(out.reshape(moved_shape), -1, axis))
+
+
+def _row_op(kernel, axis: int, first: np.ndarray, *others: np.ndarray) -> np.ndarray:
+    """A float32 row kernel over `axis` of same-shaped float32 arrays."""
+    rows = [_rows(a, axis) for a in (first, *others)]
+    out = np.empty(rows[0].shape, np.float32)
+    kernel(*rows, _chunks(*rows[0].shape), out)
+    return _unrows(out, first, axis)
+
+
+def softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    return _row_op(softmax_rows, axis, x)
+
+
+def log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    return _row_op(log_softmax_rows, axis, x)
+
+
+def softmax_grad(g: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+    return _row_op(softmax_grad_rows, axis, g, y)
+
+
+def log_softmax_grad(g: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+    return _row_op(log_softmax_grad_rows, axis, g, y)
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    rows = _rows(x, -1)
+    out = np.empty(rows.shape, np.float32)
+    layer_norm_rows(rows, np.ascontiguousarray(gamma), np.ascontiguousarray(beta), float(eps),
+                    _chunks(*rows.shape), out)
+    return out.reshape(x.shape)
+
+
+def layer_norm_grad_x(g: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:
+    rows = _rows(x, -1)
+    out = np.empty(rows.shape, np.float32)
+    layer_norm_grad_x_rows(_rows(g, -1), rows, np.ascontiguousarray(gamma), float(eps), _chunks(*rows.shape), out)
+    return out.reshape(x.shape)
+
+
+def layer_norm_xhat_g(g: np.ndarray, x: np.ndarray, eps: float) -> np.ndarray:
+    """xhat * g in float64 as (rows, D): the addends of layer_norm_grad_gamma."""
+    rows = _rows(x, -1)
+    out = np.empty(rows.shape, np.float64)
+    layer_norm_xhat_g_rows(_rows(g, -1), rows, float(eps), _chunks(*rows.shape), out)
+    return out
+
+
+def cross_entropy_picked(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """log_softmax(logits)[n, targets[n]] in float64, shape (N,)."""
+    rows = np.ascontiguousarray(logits)
+    picked = np.empty(rows.shape[0], np.float64)
+    cross_entropy_rows(rows, targets.astype(np.int64), _chunks(*rows.shape), picked)
+    return picked
+
+
+def cross_entropy_grad(logits: np.ndarray, targets: np.ndarray, scale: float) -> np.ndarray:
+    """(softmax(logits) - onehot(targets)) * scale, rounded to float32."""
+    rows = np.ascontiguousarray(logits)
+    out = np.empty(rows.shape, np.float32)
+    cross_entropy_grad_rows(rows, targets.astype(np.int64), float(scale), _chunks(*rows.shape), out)
+    return out
