@@ -1,11 +1,16 @@
-"""Benchmarks of the protocol's pure parts: Merkle trees, tensor hashing, envelopes, decoding fuzz.
+"""Benchmarks of the protocol: Merkle trees, tensor hashing, envelopes, decoding fuzz, a whole dispute.
 
-    python scripts/bench_protocol.py                  # defaults: 2^18 leaves, 64 MiB tensor, 100,000 fuzz inputs
-    python scripts/bench_protocol.py --quick          # smaller sizes, for a smoke run
+    python scripts/bench_protocol.py                  # defaults: 2^18 leaves, 64 MiB tensor, 100,000 fuzz inputs,
+                                                      # a dispute on tiny-gpt.toml with 200 steps
+    python scripts/bench_protocol.py --quick          # smaller sizes, for a smoke run (dispute on mlp.toml, 20 steps)
+    python scripts/bench_protocol.py --dispute-only --dispute-steps 100
 
 Prints one line per measurement. The decoding fuzz also checks, over every input, that
 nothing but RemoteProtocolError escapes `decode_envelope` (it exits non-zero otherwise).
-The whole-dispute timing comes with the training graph.
+The whole dispute (`node.dispute_sim`) trains the job as an honest party and as a
+cheater, then plays the game, and splits its time into recomputation by the parties,
+hashing, and game logic (protocol machines, signature checks, the referee's
+recomputation of one node); it exits non-zero if the honest party does not win.
 """
 from __future__ import annotations
 
@@ -168,6 +173,41 @@ def bench_fuzz(messages: list[bytes], inputs: int, seed: int) -> bool:
     return not failures
 
 
+def bench_dispute(job: str, steps: int, strategy: str, seed: int) -> bool:
+    """One whole dispute on a real training job, from both parties' training to the verdict."""
+    from node.dispute_sim import simulate
+    from repops_cupy.jobspec import load_job
+    from repops_cupy.train import TrainingProgram
+
+    training = TrainingProgram(load_job(job).with_steps(steps))
+    seconds = timed(lambda: training.graph)
+    spec = training.spec
+    report("dispute: trace the step graph", seconds, "s",
+           f"{job}: {spec.model.kind}, {len(training.graph)} nodes per step, {steps} steps, checkpoint every "
+           f"{spec.checkpoint_interval}")
+    result = None
+
+    def run():
+        nonlocal result
+        result = simulate(training, strategy, seed=seed)
+
+    total = timed(run)
+    t = result.timings
+    report("dispute: training (honest run + cheater's)", t.train + t.train_hash, "s",
+           f"steps {t.train:.1f} s, state hashing {t.train_hash:.2f} s; cheater: {result.description}")
+    game_total = t.replay + t.hash + t.game
+    report("dispute: the game, opening to verdict", game_total, "s",
+           f"{result.winner} wins at checkpoint {result.located(1)}, step {result.located(2)}, "
+           f"node {result.located(3)} ({result.node_name(result.located(3))})")
+    for name, value in (("recomputation by the parties", t.replay), ("hashing (states, node outputs)", t.hash),
+                        ("game logic (machines, signatures, referee)", t.game)):
+        report(f"  {name}", value, "s", f"{100 * value / game_total:.1f} %")
+    report("dispute: rounds", result.rounds, "rounds", f"bound {result.bound}")
+    report("dispute: bytes exchanged", result.bytes, "bytes", f"{result.messages} messages")
+    report("dispute: wall time, all included", total, "s")
+    return result.winner == "honest"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--leaves", type=int, default=1 << 18)
@@ -175,16 +215,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tensor-mib", type=int, default=64)
     parser.add_argument("--fuzz-inputs", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dispute-job", default="scripts/jobs/tiny-gpt.toml")
+    parser.add_argument("--dispute-steps", type=int, default=200)
+    parser.add_argument("--dispute-cheat", default="wrong-op-output")
+    parser.add_argument("--dispute-seed", type=int, default=1)
+    parser.add_argument("--no-dispute", action="store_true", help="skip the whole-dispute timing")
+    parser.add_argument("--dispute-only", action="store_true", help="only the whole-dispute timing")
     parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     args = parser.parse_args(argv)
     if args.quick:
         args.leaves, args.proofs, args.tensor_mib, args.fuzz_inputs = 1 << 12, 1000, 4, 2000
+        args.dispute_job, args.dispute_steps = "scripts/jobs/mlp.toml", 20
     print(f"{'measurement':<44} {'rate':>14} {'unit':<10} detail")
-    bench_merkle(args.leaves, args.proofs)
-    bench_tensor_hash(args.tensor_mib)
-    messages = corpus()
-    bench_envelopes(messages)
-    return 0 if bench_fuzz(messages, args.fuzz_inputs, args.seed) else 1
+    ok = True
+    if not args.dispute_only:
+        bench_merkle(args.leaves, args.proofs)
+        bench_tensor_hash(args.tensor_mib)
+        messages = corpus()
+        bench_envelopes(messages)
+        ok = bench_fuzz(messages, args.fuzz_inputs, args.seed)
+    if not args.no_dispute:
+        ok = bench_dispute(args.dispute_job, args.dispute_steps, args.dispute_cheat, args.dispute_seed) and ok
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
