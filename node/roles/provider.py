@@ -56,6 +56,7 @@ class ProviderRole:
         self.working: set[bytes] = set()  # jobs holding a capacity slot
         self.runs: dict[bytes, JobRun] = {}
         self.traces: dict[bytes, Any] = {}
+        self.reports: dict[bytes, dict] = {}  # trace reports of committed jobs, as served
         ctx.roles[ROLE] = self
 
     @property
@@ -251,10 +252,14 @@ class ProviderRole:
 
     async def on_trace(self, peer: ID, obj: dict) -> dict:
         job_id = parse_trace_request(obj, peer)
-        loaded = await self.ctx.load_job(job_id)
-        if loaded is None or loaded[0].role != ROLE or "report" not in loaded[1]:
-            raise RequestRefused("no committed trace for this job here")
-        return loaded[1]["report"]
+        report = self.reports.get(job_id)
+        if report is None:
+            loaded = await self.ctx.load_job(job_id)
+            if loaded is None or loaded[0].role != ROLE or "report" not in loaded[1]:
+                raise RequestRefused("no committed trace for this job here")
+            report = self.reports[job_id] = loaded[1]["report"]
+        await trio.lowlevel.checkpoint()
+        return report
 
     async def party_spec(self, job_id: bytes) -> PartySpec | None:
         loaded = await self.ctx.load_job(job_id)
