@@ -23,15 +23,13 @@ that commit to the program, and the referee's own batch hashes.
 """
 from __future__ import annotations
 
-import math
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from protocol import CheckpointSchedule, DisputeRules, Identity, JobTerms, NodeSpec, Program, SignedJobTerms
-from repops_cupy import registry
+from protocol import CheckpointSchedule, DisputeRules, Identity, JobTerms, Program, SignedJobTerms
 from repops_cupy.checkpoint import state_hash
 from repops_cupy.graph import execute
 from repops_cupy.hashing import hash_tensor
@@ -74,29 +72,8 @@ def schedule_of(training: TrainingProgram) -> CheckpointSchedule:
 
 
 def protocol_program(training: TrainingProgram) -> Program:
-    """The committed step program: the traced step graph's nodes and state outputs.
-
-    As `Program.from_step_graph`, except for attributes the wire cannot carry: a
-    non-finite float (causal_mask's fill of -inf) is left out where it is the
-    operator's registered default, which the referee's `registry.run` fills back in.
-    """
-    graph = training.graph
-    nodes = []
-    for node in graph.nodes:
-        defaults = {} if node.is_leaf else registry.get(node.op).attrs
-        attrs = {k: _wire_attr(v) for k, v in sorted(node.attrs.items())
-                 if not (isinstance(v, float) and not math.isfinite(v) and k in defaults
-                         and _same_float(v, defaults[k].default))}
-        nodes.append(NodeSpec(node.op, attrs, tuple(int(j) for j in node.inputs)))
-    return Program(nodes, {name: graph.outputs[name] for name in graph.state_names()})
-
-
-def _wire_attr(value: Any) -> Any:
-    return tuple(int(v) for v in value) if isinstance(value, (tuple, list)) else value
-
-
-def _same_float(value: float, default: Any) -> bool:
-    return isinstance(default, float) and (value == default or (math.isnan(value) and math.isnan(default)))
+    """The committed step program: the traced step graph's nodes and state outputs."""
+    return Program.from_step_graph(training.graph)
 
 
 def batch_hashes(training: TrainingProgram) -> Callable[[int], dict[str, bytes]]:

@@ -202,8 +202,9 @@ class Maybe(Spec):
 class OpAttrs(Spec):
     """Operator attributes: str keys in sorted order; int, float, bool, str or a tuple of ints.
 
-    The kinds `repops_cupy.registry.Attr` allows. Floats must be finite: an attribute
-    is a hyper-parameter, and NaN has many bit patterns but one meaning.
+    The kinds `repops_cupy.registry.Attr` allows. Floats may be infinite (a mask's fill
+    is -inf) but not NaN: NaN has many bit patterns but one meaning, so it has no
+    canonical encoding.
     """
 
     MAX_ENTRIES = 64
@@ -230,8 +231,8 @@ class OpAttrs(Spec):
                 raise _fail(where, "integer attribute out of int64 range")
             return
         if kind is float:
-            if not math.isfinite(v):
-                raise _fail(where, "float attribute must be finite")
+            if math.isnan(v):
+                raise _fail(where, "float attribute must not be NaN")
             return
         if kind is tuple and len(v) <= 32 and all(type(x) is int and I64_MIN <= x <= I64_MAX for x in v):
             return
