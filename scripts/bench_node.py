@@ -1,11 +1,22 @@
-"""Benchmarks of the node's network layer on loopback: dial, request round trip, blob transfer.
+"""Benchmarks of the node on loopback: dial, request round trip, blob transfer; a whole job.
 
-    python scripts/bench_node.py              # 64 MiB blob, best of 3
-    python scripts/bench_node.py --quick      # 8 MiB, for a smoke run
+    python scripts/bench_node.py              # 64 MiB blob, best of 3; tiny-GPT, 20 steps
+    python scripts/bench_node.py --quick      # 8 MiB, 4 steps, for a smoke run
+    python scripts/bench_node.py --job-only --job-steps 40
 
 Blob transfer (libp2p: Noise + Yamux, 256 KiB chunks each verified against its hash and
 written to disk) is compared with a plain TCP copy of the same bytes between two trio
 sockets, measured in the same run, so the ratio means something on a noisy machine.
+
+A whole job: the time from `gavel submit` to a verified result (a client and one provider
+node in this process, real libp2p hosts on loopback, the embedded EVM) against the time of
+training the same job alone (`repops_cupy.train.train`: the step program built, every
+step run, checkpoints written). The difference is what the network costs a job: the
+client's and the provider's own program builds (the client needs the step program to sign
+the terms, the provider to check them), escrow and seat transactions, the bundle and
+result transfers, checkpoint hashing into the blob store, the commitment, and the checks.
+Both are measured after a warm-up build, so neither pays the first import of the
+operator libraries.
 """
 from __future__ import annotations
 
@@ -155,9 +166,89 @@ async def bench_blob(size: int, rounds: int) -> None:
     report("blob fetch / libp2p stream copy", blob_rate / stream_rate * 100, "%")
 
 
+def _job_file(directory: Path, source: Path, steps: int, every: int) -> Path:
+    import dataclasses
+
+    from node.roles.jobfiles import spec_toml
+    from repops_cupy.jobspec import load_job
+
+    spec = dataclasses.replace(load_job(source), steps=steps, checkpoint_interval=every)
+    path = directory / "job.toml"
+    path.write_text(spec_toml(spec))
+    return path
+
+
+def train_alone(job_file: Path, out_dir: Path) -> tuple[float, str]:
+    """Seconds to build the job's step program and train it into ``out_dir``; its trace root."""
+    from repops_cupy.jobspec import load_job
+    from repops_cupy.train import TrainingProgram, train
+
+    start = time.perf_counter()
+    spec = load_job(job_file)
+    trace = train(spec, out_dir, program=TrainingProgram(spec))
+    return time.perf_counter() - start, trace.root.hex()
+
+
+async def submit_to_verified(job_file: Path, directory: Path) -> dict[str, float | str]:
+    """Seconds from submission to a checked result, with a client and a provider node here."""
+    from node.datadir import init_datadir, load_seed
+    from node.roles.client import SubmitOptions
+    from node.roles.context import context_of
+    from node.runtime import Node
+
+    async def start(name: str, roles: list[str], **settings) -> Node:
+        config = init_datadir(directory / name, {"roles": roles, "metrics_listen": "", "advert_interval": 0.5,
+                                                 **settings})
+        node = Node(config, load_seed(config))
+        await nursery.start(node.run)
+        while (ctx := context_of(node)) is None or roles[0] not in ctx.roles:
+            await trio.sleep(0.05)
+        await ctx.wait_chain()
+        return node
+
+    async with trio.open_nursery() as nursery:
+        provider = await start("provider", ["provider"])
+        client_node = await start("client", ["client"], bootstrap=provider.host.listen_addrs)
+        client = context_of(client_node).roles["client"]
+        while not client.adverts:  # the provider's advert has reached the client
+            await trio.sleep(0.05)
+        options = SubmitOptions(providers=1, accept_within=600, commit_within=3600, challenge_within=60)
+        started = time.perf_counter()
+        job_id = await client.submit(job_file, options)
+        handed = time.perf_counter()
+        job = client.jobs[job_id]
+        while job.state != "verified":
+            await job.changed.wait()
+        verified = time.perf_counter()
+        nursery.cancel_scope.cancel()
+    return {"total": verified - started, "hand_over": handed - started, "to_result": verified - handed,
+            "trace_root": job.record["trace_root"]}
+
+
+async def bench_job(source: Path, steps: int, every: int) -> None:
+    from node.roles.jobfiles import load_training
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        job_file = _job_file(tmp_path, source, steps, every)
+        await trio.to_thread.run_sync(load_training, job_file)  # warm-up: imports and compiled kernels
+        alone, root = await trio.to_thread.run_sync(train_alone, job_file, tmp_path / "alone")
+        network = await submit_to_verified(job_file, tmp_path)
+    if network["trace_root"] != root:
+        raise SystemExit(f"the network's trace root {network['trace_root']} is not the job's {root}")
+    detail = f"{source.stem}, {steps} steps, checkpoint every {every}"
+    report("job: training alone (build + train)", alone, "s", detail)
+    report("job: submit -> verified result", network["total"], "s", "client + 1 provider, embedded EVM")
+    report("  of which: submit -> handed over", network["hand_over"], "s", "terms, escrow, offer, seat")
+    report("  of which: handed over -> verified", network["to_result"], "s", "train, commit, deliver, check")
+    report("job: network overhead", network["total"] - alone, "s", f"{(network['total'] / alone - 1) * 100:.0f}% over alone")
+
+
 async def main_async(args) -> None:
-    await bench_dial_and_requests(args.dials, args.requests)
-    await bench_blob(args.size_mib * 2**20, args.rounds)
+    if not args.job_only:
+        await bench_dial_and_requests(args.dials, args.requests)
+        await bench_blob(args.size_mib * 2**20, args.rounds)
+    await bench_job(Path(args.job), args.job_steps, args.checkpoint_every)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,9 +258,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dials", type=int, default=20)
     parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--job", default=str(Path(__file__).resolve().parent / "jobs" / "tiny-gpt.toml"),
+                        help="the job of the whole-job section (default: tiny-GPT)")
+    parser.add_argument("--job-steps", type=int, default=20, help="steps of that job (default 20)")
+    parser.add_argument("--checkpoint-every", type=int, default=5)
+    parser.add_argument("--job-only", action="store_true", help="only the whole-job section")
     args = parser.parse_args(argv)
     if args.quick:
         args.size_mib, args.rounds, args.dials, args.requests = 8, 2, 5, 100
+        args.job_steps, args.checkpoint_every = 4, 2
     configure_logging("warning")
     print(f"python {sys.version.split()[0]}, trio {trio.__version__}, {os.cpu_count()} CPUs", flush=True)
     trio.run(main_async, args)
