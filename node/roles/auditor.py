@@ -166,6 +166,12 @@ class AuditorRole:
         if await chain.run(chain.key_of_sync, report.account) != root.signer or not seat.committed \
                 or seat.trace_root != root.root:
             raise RemoteProtocolError("the provider's root is not the one committed on chain")
+        from ..storage import Commitment as StoredCommitment
+
+        conflict = await ctx.storage.run(ctx.storage.add_commitment, StoredCommitment(
+            job_id, root.role, root.signer, root.sequence, root.root, root.signature, report.commitment))
+        if conflict is not None:
+            log.warning("job %s: provider %s signed two different roots", job_id.hex()[:12], key[:8])
         schedule = terms.schedule
         intervals = schedule.intervals
         sample = sorted(self.rng.sample(range(intervals), ceil_fraction(self.config.audit_rate, intervals)))

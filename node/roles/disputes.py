@@ -239,6 +239,11 @@ class RefereeSession:
         self.clock.last = max(self.clock.last, now)
         return self._apply_sync(OPEN, now, data)
 
+    def receive_sync(self, data: bytes, now: int) -> list[Any]:
+        """A party's move (blocking: the last one makes the referee recompute a node)."""
+        self.clock.last = max(self.clock.last, now)
+        return self._apply_sync(RECV, now, data)
+
     @classmethod
     def restore(cls, record: bytes, *, host: Any, referee: Referee, save: Any, on_verdict: Any) -> "RefereeSession":
         r = unpack(record)
@@ -297,12 +302,16 @@ class RefereeSession:
                 await self._save(self)
         await self._dispatch(actions)
 
+    async def _next_deadline(self) -> int | None:
+        async with self._lock:  # the machine may be changing in a worker thread otherwise
+            return self.referee.next_deadline
+
     async def _ticker(self) -> None:
         while self.verdict is None:
-            deadline = self.referee.next_deadline
+            deadline = await self._next_deadline()
             wait = TICK if deadline is None else min(TICK, max(0.0, (deadline + 1) / 1000 - time.time()))
             await trio.sleep(wait)
-            deadline = self.referee.next_deadline
+            deadline = await self._next_deadline()
             if deadline is not None and time.time() * 1000 > deadline:
                 await self._event(TICKED)
 
