@@ -116,6 +116,8 @@ class ClientRole:
         for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
             cj = ClientJob(job.job_id, unpack(job.spec), job.state)
             self.jobs[job.job_id] = cj
+            for seat in cj.record.get("seats", {}).values():
+                ctx.remember(ID.from_base58(seat["peer"]), seat["addrs"])
             if job.state in DONE_STATES:
                 cj.done.set()
             else:
@@ -405,8 +407,12 @@ class ClientRole:
         if len(groups) > 1:
             log.info("job %s: %d different trace roots; starting disputes", cj.job_id.hex()[:12], len(groups))
             first, *others = [members[0] for members in groups.values()]
+            asked = cj.record.setdefault("challenges", [])
             for other in others:
-                await self._start_dispute(cj, first, other)
+                if [first, other] not in asked:  # asked once, even across a restart
+                    asked.append([first, other])
+                    await self._save(cj)
+                    await self._start_dispute(cj, first, other)
         await self._await_disputes(cj, until=cj.record["deadlines"]["challenge_by"] if len(groups) > 1 else 0)
         await self._fetch_result(cj, valid)
 

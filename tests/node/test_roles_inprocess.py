@@ -89,3 +89,56 @@ def context_key(node) -> str:
     from node.roles.context import context_of
 
     return context_of(node).identity.node_id.hex()
+
+
+@trio_test(timeout=400)
+async def test_a_client_restarted_mid_dispute_resumes_refereeing_it(tmp_path):
+    job_file = write_job(tmp_path)
+    async with trio.open_nursery() as nursery:
+        client_scope = trio.CancelScope()
+        client_started = trio.Event()
+        nodes = {}
+
+        async def run_client(task_status=trio.TASK_STATUS_IGNORED) -> None:
+            with client_scope:
+                async with trio.open_nursery() as inner:
+                    nodes["client"] = await start_node(inner, tmp_path / "client", ["client"])
+                    client_started.set()
+                    task_status.started()
+                    await trio.sleep_forever()
+
+        await nursery.start(run_client)
+        client = nodes["client"]
+        hub = client.host.listen_addrs
+        honest = await start_node(nursery, tmp_path / "honest", ["provider"], bootstrap=hub)
+        # It answers a move or three, then falls silent: the referee waits out its clock.
+        staller = await start_node(nursery, tmp_path / "staller", ["provider"], bootstrap=hub, cheat="stall")
+        client_role = await role(client, "client")
+        await role(honest, "provider")
+        await role(staller, "provider")
+        options = SubmitOptions(providers=2, accept_within=60, commit_within=60, challenge_within=60,
+                                move_timeout=10, clock=40)
+        job_id = await client_role.submit(job_file, options)
+        await wait_for(lambda: any(d.status == "refereeing" for d in client.storage.disputes(job_id=job_id)),
+                       timeout=180)
+        client_scope.cancel()  # the client goes down in the middle of the game
+        await trio.sleep(0.5)
+
+        from node.datadir import load_seed, open_datadir
+        from node.runtime import Node
+
+        config = open_datadir(tmp_path / "client", {"listen": hub[0].split("/p2p/")[0]})
+        restarted = Node(config, load_seed(config))
+        await nursery.start(restarted.run)
+        client_role = await role(restarted, "client")
+        cj = client_role.jobs[job_id]
+        await wait_for(lambda: cj.state == "verified", timeout=180)
+        shared = embedded_chain()
+        with shared.lock:
+            shared.chain.advance_time(600)
+        result = await client_role.wait(job_id)
+        staller_key = staller.storage.commitments(job_id)[0].signer.hex()
+        (verdict,) = result["verdicts"]
+        assert [(f["party"], f["reason"]) for f in verdict["faults"]] == [(staller_key, "timeout")]
+        assert verdict["recorded"] and result["providers"][staller_key]["outcome"] == "slashed"
+        nursery.cancel_scope.cancel()
