@@ -35,7 +35,7 @@ import trio
 from libp2p.peer.id import ID
 
 from protocol import (
-    NEVER, Commitment, DisputeRules, Envelope, JobOffer, OpenDispute, Referee, RemoteProtocolError, dispute_id_of,
+    Commitment, DisputeRules, Envelope, JobOffer, OpenDispute, Referee, RemoteProtocolError, dispute_id_of,
     hash_tree,
 )
 

@@ -20,7 +20,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import LocalError
 from ..framing import pack, unpack
 
 BUNDLE_FORMAT = "gavel-job/1"

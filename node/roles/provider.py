@@ -27,7 +27,7 @@ from libp2p.peer.id import ID
 
 from protocol import NEVER, Commitment, Envelope, JobOffer, RemoteProtocolError, commit_trace, decode_envelope
 
-from ..errors import BadMessage, BlobNotFound, LocalError, PeerError
+from ..errors import BadMessage, BlobNotFound, PeerError
 from ..framing import pack
 from ..streams import RequestRefused
 from .chain import format_ether, parse_ether

@@ -16,7 +16,7 @@ from node.framing import pack, unpack
 from node.host import open_host
 from node.roles.client import SubmitOptions
 from node.roles.job_protocols import DISPUTE_LIMITS, DISPUTE_PROTOCOL, JOB_LIMITS, JOB_PROTOCOL, DisputeMessage
-from protocol import Commitment, DisputeRules, Envelope, Identity, JobOffer, OpenDispute, commit_trace, decode_envelope
+from protocol import DisputeRules, Envelope, Identity, JobOffer, OpenDispute, commit_trace, decode_envelope
 from protocol import NEVER, JobTerms, SignedJobTerms
 
 from .conftest import counter_value, trio_test
