@@ -22,6 +22,8 @@ from repops_cupy.jobspec import JobSpecError, load_job
 from repops_cupy.models import count_params
 from repops_cupy.train import TRACE_FILE, TrainingError, TrainingProgram, replay, train
 
+from . import roundlog_cli
+
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
 
@@ -33,11 +35,23 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="number of steps (overrides job.steps)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    _add_roundlog_options(p)
     return p
+
+
+def _add_roundlog_options(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("rounding-log jobs (model.kind = \"torch-roundlog\")")
+    group.add_argument("--threads", type=int, help="torch threads")
+    group.add_argument("--matmul-backend", choices=("torch", "numpy"), default="torch",
+                       help="float64 matrix products by torch (MKL) or NumPy (OpenBLAS)")
+    group.add_argument("--micro-batch", type=int, help="split each batch into micro-batches of this size")
 
 
 def train_main(argv: list[str]) -> int:
     args = _train_parser().parse_args(argv)
+    if roundlog_cli.is_roundlog_job(args.job):
+        return roundlog_cli.train(args.job, args.out, steps=args.steps, resume=args.resume, threads=args.threads,
+                                  backend=args.matmul_backend, micro_batch=args.micro_batch)
     err = Console(stderr=True)
     try:
         spec = load_job(args.job)
@@ -87,11 +101,15 @@ def _replay_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="run_dir", required=True, help="directory written by gavel train")
     p.add_argument("--checkpoint", type=int, required=True, help="index C of the starting checkpoint")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    _add_roundlog_options(p)
     return p
 
 
 def replay_main(argv: list[str]) -> int:
     args = _replay_parser().parse_args(argv)
+    if roundlog_cli.is_roundlog_job(args.job):
+        return roundlog_cli.replay(args.job, args.run_dir, args.checkpoint, threads=args.threads,
+                                   backend=args.matmul_backend, micro_batch=args.micro_batch)
     err = Console(stderr=True)
     try:
         spec = load_job(args.job)
