@@ -430,38 +430,52 @@ if AVAILABLE:
 
     @_function
     def _exp_span(x, out, start, stop):
-        for i in range(start, stop):
-            out[i] = exp_scalar(np.float64(x[i]))
+        src = x[start:stop]
+        dst = out[start:stop]
+        for i in range(src.shape[0]):
+            dst[i] = exp_scalar(np.float64(src[i]))
 
     @_function
     def _expm1_span(x, out, start, stop):
-        for i in range(start, stop):
-            out[i] = expm1_scalar(np.float64(x[i]))
+        src = x[start:stop]
+        dst = out[start:stop]
+        for i in range(src.shape[0]):
+            dst[i] = expm1_scalar(np.float64(src[i]))
 
     @_function
     def _log_span(x, out, start, stop):
-        for i in range(start, stop):
-            out[i] = log_scalar(np.float64(x[i]))
+        src = x[start:stop]
+        dst = out[start:stop]
+        for i in range(src.shape[0]):
+            dst[i] = log_scalar(np.float64(src[i]))
 
     @_function
     def _tanh_span(x, out, start, stop):
-        for i in range(start, stop):
-            out[i] = tanh_scalar(np.float64(x[i]))
+        src = x[start:stop]
+        dst = out[start:stop]
+        for i in range(src.shape[0]):
+            dst[i] = tanh_scalar(np.float64(src[i]))
 
     @_function
     def _erf_span(x, out, start, stop):
-        for i in range(start, stop):
-            out[i] = erf_scalar(np.float64(x[i]))
+        src = x[start:stop]
+        dst = out[start:stop]
+        for i in range(src.shape[0]):
+            dst[i] = erf_scalar(np.float64(src[i]))
 
     @_function
     def _erfc_span(x, out, start, stop):
-        for i in range(start, stop):
-            out[i] = erfc_scalar(np.float64(x[i]))
+        src = x[start:stop]
+        dst = out[start:stop]
+        for i in range(src.shape[0]):
+            dst[i] = erfc_scalar(np.float64(src[i]))
 
     @_function
     def _sigmoid_span(x, out, start, stop):
-        for i in range(start, stop):
-            out[i] = sigmoid_scalar(np.float64(x[i]))
+        src = x[start:stop]
+        dst = out[start:stop]
+        for i in range(src.shape[0]):
+            dst[i] = sigmoid_scalar(np.float64(src[i]))
 
     @_kernel
     def exp_map(x, out, chunks):
@@ -514,6 +528,105 @@ if AVAILABLE:
         "erf": _erf_span, "erfc": _erfc_span, "sigmoid": _sigmoid_span,
     }
 
+    # --- GELU (the float64 sequences of elementwise.py; c holds its constants) ----------
+
+    @_scalar
+    def _gelu_tanh(x, c):
+        # c = (INV_SQRT2, INV_SQRT_2PI, SQRT_2_OVER_PI, GELU_TANH_K, GELU_TANH_3K)
+        cube = (x * x) * x
+        inner = x + cube * c[3]
+        y = (x * 0.5) * (tanh_scalar(inner * c[2]) + 1.0)
+        if x == -math.inf:
+            y = -0.0
+        return y
+
+    @_scalar
+    def _gelu_erf(x, c):
+        y = (x * 0.5) * erfc_scalar(x * -c[0])
+        if x == -math.inf:
+            y = -0.0
+        return y
+
+    @_scalar
+    def _gelu_tanh_slope(x, c):
+        square = x * x
+        inner = x + (square * x) * c[3]
+        t = tanh_scalar(inner * c[2])
+        left = (t + 1.0) * 0.5
+        sech2 = 1.0 - t * t
+        inner_slope = (square * c[4] + 1.0) * c[2]
+        slope = left + (x * 0.5) * (sech2 * inner_slope)
+        if x == math.inf:
+            slope = 1.0
+        if x == -math.inf:
+            slope = 0.0
+        return slope
+
+    @_scalar
+    def _gelu_erf_slope(x, c):
+        cdf = erfc_scalar(x * -c[0]) * 0.5
+        pdf = exp_scalar((x * x) * -0.5) * c[1]
+        slope = cdf + x * pdf
+        if x == math.inf:
+            slope = 1.0
+        if x == -math.inf:
+            slope = 0.0
+        return slope
+
+    @_function
+    def _gelu_tanh_span(x, out, c, start, stop):
+        src = x[start:stop]
+        dst = out[start:stop]
+        for i in range(src.shape[0]):
+            dst[i] = _gelu_tanh(np.float64(src[i]), c)
+
+    @_function
+    def _gelu_erf_span(x, out, c, start, stop):
+        src = x[start:stop]
+        dst = out[start:stop]
+        for i in range(src.shape[0]):
+            dst[i] = _gelu_erf(np.float64(src[i]), c)
+
+    @_function
+    def _gelu_grad_tanh_span(g, x, out, c, start, stop):
+        grad = g[start:stop]
+        src = x[start:stop]
+        dst = out[start:stop]
+        for i in range(src.shape[0]):
+            dst[i] = np.float64(grad[i]) * _gelu_tanh_slope(np.float64(src[i]), c)
+
+    @_function
+    def _gelu_grad_erf_span(g, x, out, c, start, stop):
+        grad = g[start:stop]
+        src = x[start:stop]
+        dst = out[start:stop]
+        for i in range(src.shape[0]):
+            dst[i] = np.float64(grad[i]) * _gelu_erf_slope(np.float64(src[i]), c)
+
+    @_kernel
+    def gelu_tanh_map(x, out, c, chunks):
+        n = x.shape[0]
+        for k in prange(chunks):
+            _gelu_tanh_span(x, out, c, k * n // chunks, (k + 1) * n // chunks)
+
+    @_kernel
+    def gelu_erf_map(x, out, c, chunks):
+        n = x.shape[0]
+        for k in prange(chunks):
+            _gelu_erf_span(x, out, c, k * n // chunks, (k + 1) * n // chunks)
+
+    @_kernel
+    def gelu_grad_tanh_map(g, x, out, c, chunks):
+        n = x.shape[0]
+        for k in prange(chunks):
+            _gelu_grad_tanh_span(g, x, out, c, k * n // chunks, (k + 1) * n // chunks)
+
+    @_kernel
+    def gelu_grad_erf_map(g, x, out, c, chunks):
+        n = x.shape[0]
+        for k in prange(chunks):
+            _gelu_grad_erf_span(g, x, out, c, k * n // chunks, (k + 1) * n // chunks)
+
     # --- the fixed tree ---------------------------------------------------------------
     # A length n = 2^b1 + 2^b2 + ... (b1 > b2 > ...) splits into complete subtrees of
     # 2^b1, 2^b2, ... consecutive elements, and the tree of reduce.py is
@@ -522,23 +635,29 @@ if AVAILABLE:
 
     @_function
     def _tree_levels(row, start, n, buf):
-        # the tree of row[start:start+n] (n >= 1) level by level, in buf (>= n/2 float64)
+        # the tree of row[start:start+n] (n >= 1) level by level, alternating between
+        # the two rows of buf (each >= n/2 + 1 float64): loops that read one array and
+        # write another, indexed from 0, are the ones LLVM vectorizes
+        src = row[start:start + n]
         if n == 1:
-            return np.float64(row[start])
+            return np.float64(src[0])
         half = n // 2
+        level = buf[0]
         for i in range(half):
-            buf[i] = np.float64(row[start + 2 * i]) + np.float64(row[start + 2 * i + 1])
+            level[i] = np.float64(src[2 * i]) + np.float64(src[2 * i + 1])
         if n % 2:
-            buf[half] = np.float64(row[start + n - 1])
+            level[half] = np.float64(src[n - 1])
         n -= half
+        other = buf[1]
         while n > 1:
             half = n // 2
             for i in range(half):
-                buf[i] = buf[2 * i] + buf[2 * i + 1]
+                other[i] = level[2 * i] + level[2 * i + 1]
             if n % 2:
-                buf[half] = buf[n - 1]
+                other[half] = level[n - 1]
             n -= half
-        return buf[0]
+            level, other = other, level
+        return level[0]
 
     @_function
     def tree_row(row, start, n, buf, stack):
@@ -574,7 +693,7 @@ if AVAILABLE:
     @_function
     def _tree_rows_span(a, out, first, stop):
         n = a.shape[1]
-        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             out[r] = tree_row(a[r], 0, n, buf, stack)
@@ -594,7 +713,7 @@ if AVAILABLE:
         for q in prange(rows * count):
             r = q // count
             p = q % count
-            buf = np.empty(_BLOCK // 2 + 1, np.float64)
+            buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
             stack = np.empty(_STACK, np.float64)
             start = p * _PIECE
             pieces[r, p] = tree_row(a[r], start, min(_PIECE, n - start), buf, stack)
@@ -668,7 +787,7 @@ if AVAILABLE:
     def _softmax_span(x, out, first, stop):
         n = x.shape[1]
         e = np.empty(n, np.float64)
-        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -691,7 +810,7 @@ if AVAILABLE:
     def _log_softmax_span(x, out, first, stop):
         n = x.shape[1]
         e = np.empty(n, np.float64)
-        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -714,7 +833,7 @@ if AVAILABLE:
     def _softmax_grad_span(g, y, out, first, stop):
         n = g.shape[1]
         prod = np.empty(n, np.float64)
-        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             gr = g[r]
@@ -736,7 +855,7 @@ if AVAILABLE:
     @_function
     def _log_softmax_grad_span(g, y, out, first, stop):
         n = g.shape[1]
-        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             gr = g[r]
@@ -758,7 +877,7 @@ if AVAILABLE:
         n = x.shape[1]
         d = np.empty(n, np.float64)
         sq = np.empty(n, np.float64)
-        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -785,7 +904,7 @@ if AVAILABLE:
         xhat = np.empty(n, np.float64)
         gg = np.empty(n, np.float64)
         tmp = np.empty(n, np.float64)
-        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -817,7 +936,7 @@ if AVAILABLE:
     def _layer_norm_xhat_g_span(g, x, eps, out, first, stop):
         n = x.shape[1]
         sq = np.empty(n, np.float64)
-        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -843,7 +962,7 @@ if AVAILABLE:
     def _cross_entropy_span(x, targets, picked, first, stop):
         n = x.shape[1]
         e = np.empty(n, np.float64)
-        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -864,7 +983,7 @@ if AVAILABLE:
     def _cross_entropy_grad_span(x, targets, scale, out, first, stop):
         n = x.shape[1]
         e = np.empty(n, np.float64)
-        buf = np.empty(_BLOCK // 2 + 1, np.float64)
+        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -929,6 +1048,31 @@ def tree_first(a: np.ndarray) -> np.ndarray:
     if n and cols:
         tree_cols(a, out)
     return out
+
+
+def _gelu_constants() -> tuple[float, ...]:
+    from . import elementwise as E  # at call time: elementwise imports this module's users
+
+    return (E.INV_SQRT2, E.INV_SQRT_2PI, E.SQRT_2_OVER_PI, E.GELU_TANH_K, E.GELU_TANH_3K)
+
+
+def gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    """elementwise.gelu on the compiled path (float32 in and out)."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(flat.shape, np.float32)
+    kernel = gelu_tanh_map if approximate == "tanh" else gelu_erf_map
+    kernel(flat, out, _gelu_constants(), _chunks(flat.size, 1))
+    return out.reshape(x.shape)
+
+
+def gelu_grad(g: np.ndarray, x: np.ndarray, approximate: str) -> np.ndarray:
+    """elementwise.gelu_grad on the compiled path (float32 in and out)."""
+    flat_g = np.ascontiguousarray(g).reshape(-1)
+    flat_x = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(flat_x.shape, np.float32)
+    kernel = gelu_grad_tanh_map if approximate == "tanh" else gelu_grad_erf_map
+    kernel(flat_g, flat_x, out, _gelu_constants(), _chunks(flat_x.size, 1))
+    return out.reshape(x.shape)
 
 
 def _rows(x: np.ndarray, axis: int) -> np.ndarray:

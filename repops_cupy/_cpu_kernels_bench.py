@@ -57,7 +57,7 @@ def _same_bits(a, b) -> bool:
 def _cases(quick: bool):
     import torch
 
-    from . import nn, reduce, transcendental  # noqa: F401 - fills the registry
+    from . import elementwise, nn, reduce, transcendental  # noqa: F401 - fills the registry
     from .registry import run
 
     rng = np.random.default_rng(0)
@@ -96,6 +96,15 @@ def _cases(quick: bool):
         var = act.var(axis=-1, keepdims=True)
         return (act - mean) / np.sqrt(var + np.float32(1e-5)) * gamma + beta
 
+    hidden = rng.standard_normal((2048, 3072)).astype(np.float32)
+    grad = rng.standard_normal((2048, 3072)).astype(np.float32)
+    th, tg = torch.from_numpy(hidden), torch.from_numpy(grad)
+    for form in ("tanh", "none"):
+        yield (f"gelu {form} (2048, 3072)", lambda form=form: run("gelu", (hidden,), {"approximate": form}),
+               lambda form=form: torch.nn.functional.gelu(th, approximate=form).numpy(), "torch f32")
+        yield (f"gelu_grad {form} (2048, 3072)",
+               lambda form=form: run("gelu_grad", (grad, hidden), {"approximate": form}),
+               lambda form=form: torch.ops.aten.gelu_backward(tg, th, approximate=form).numpy(), "torch f32")
     yield ("softmax (8192, 768)", lambda: run("softmax", (act,), {"axis": -1}), np_softmax, "NumPy f32")
     yield ("layer_norm (8192, 768)", lambda: run("layer_norm", (act, gamma, beta)), np_layer_norm, "NumPy f32")
 

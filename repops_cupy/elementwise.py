@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _cpu_kernels as _kernels
 from . import registry
 from ._backend import array_module
 from ._nn_checks import as_array, broadcast_shape, float32_attr, ieee_quiet, require_float32
@@ -154,6 +155,8 @@ def gelu(x: Any, approximate: str = "none") -> Any:
     require_float32("gelu", "x", x)
     _check_approximate("gelu", approximate)
     xp = array_module(x)
+    if _kernels.enabled(xp):  # the same float64 sequence, one element at a time
+        return _kernels.gelu(x, approximate)
     with ieee_quiet(xp):
         y = _gelu_f64(xp, x.astype(np.float64), approximate)
     y = xp.where(x == -np.inf, -0.0, y)  # the limit; the formula gives -inf * 0
@@ -168,6 +171,8 @@ def gelu_grad(g: Any, x: Any, approximate: str = "none") -> Any:
     if g.shape != x.shape:
         raise OpError(f"gelu_grad: g shape {g.shape} differs from x shape {x.shape}")
     xp = array_module(g, x)
+    if _kernels.enabled(xp):
+        return _kernels.gelu_grad(g, x, approximate)
     with ieee_quiet(xp):
         slope = _gelu_slope_f64(xp, x.astype(np.float64), approximate)
         # limits at +-inf, where the formula gives inf * 0

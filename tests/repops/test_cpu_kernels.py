@@ -347,6 +347,8 @@ def _run_every_kernel(k):
     k.softmax(x32, -1), k.log_softmax(x32, -1), k.softmax_grad(g, x32, -1), k.log_softmax_grad(g, x32, -1)
     k.layer_norm(x32, x32[0], x32[1], 1e-5), k.layer_norm_grad_x(g, x32, x32[0], 1e-5)
     k.layer_norm_xhat_g(g, x32, 1e-5), k.cross_entropy_picked(x32, targets), k.cross_entropy_grad(x32, targets, 0.5)
+    for form in ("tanh", "none"):
+        k.gelu(x32, form), k.gelu_grad(g, x32, form)
 
 
 def _uncached_serial_copy(monkeypatch):

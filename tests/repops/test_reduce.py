@@ -1,12 +1,14 @@
 """Reductions: bit for bit against a literal loop over the specified tree.
 
-Speed, measured here side by side (CPU time, 1 thread, float32, 1e7 elements): all
-elements 5x np.sum, rows of 1000 6.5x, axis 0 of (1e4, 1e3) 8x, rows of 64 3x;
-not asserted.
+Speed of the NumPy array code, measured here side by side (CPU time, 1 thread, float32,
+1e7 elements): all elements 5x np.sum, rows of 1000 6.5x, axis 0 of (1e4, 1e3) 8x, rows
+of 64 3x; not asserted. On NumPy arrays the compiled trees of `_cpu_kernels` serve
+instead (same bits; see test_cpu_kernels.py), unless REPOPS_CPU_KERNELS=0.
 """
 import importlib
 import itertools
 import math
+import os
 import warnings
 from fractions import Fraction
 
@@ -21,6 +23,18 @@ from repops_cupy import reduce as R
 from repops_cupy import registry
 from repops_cupy._backend import cupy_module
 from repops_cupy.errors import OpError
+
+
+@pytest.fixture(scope="module", autouse=True, params=["compiled", "array"])
+def cpu_path(request):
+    """Every test runs on the compiled CPU kernels and on the NumPy array code (the spec, and the CuPy path)."""
+    before = os.environ.get("REPOPS_CPU_KERNELS")
+    os.environ["REPOPS_CPU_KERNELS"] = "1" if request.param == "compiled" else "0"
+    yield request.param
+    if before is None:
+        del os.environ["REPOPS_CPU_KERNELS"]
+    else:
+        os.environ["REPOPS_CPU_KERNELS"] = before
 
 
 def _bits32(a) -> np.ndarray:

@@ -1,12 +1,16 @@
 """Transcendentals: bit-exact against the literal scalar programs, accurate against Decimal.
 
-Speed, measured here side by side (CPU time, 1 thread, float32 input): exp is 20x (1e7
-elements) to 35x (1e6) NumPy's AVX-512 float32 np.exp, which is neither reproducible
-nor correctly rounded; log 28-41x, sigmoid 24-39x, tanh 83-143x, erf 119-193x, rsqrt
-6-10x. Timings are not asserted; accuracy is reported by scripts/accuracy_repops.py.
+Speed of the NumPy array code, measured here side by side (CPU time, 1 thread, float32
+input): exp is 20x (1e7 elements) to 35x (1e6) NumPy's AVX-512 float32 np.exp, which is
+neither reproducible nor correctly rounded; log 28-41x, sigmoid 24-39x, tanh 83-143x,
+erf 119-193x, rsqrt 6-10x. On NumPy arrays the compiled kernels of `_cpu_kernels` now
+compute the same bits several times faster (their table is in test_cpu_kernels.py).
+Timings are not asserted; accuracy is reported by scripts/accuracy_repops.py. These
+tests run whichever path REPOPS_CPU_KERNELS selects (compiled by default).
 """
 import importlib
 import math
+import os
 from decimal import Decimal
 import struct
 import warnings
@@ -21,6 +25,18 @@ from repops_cupy import registry
 from repops_cupy import transcendental as T
 from repops_cupy._backend import cupy_module
 from repops_cupy.errors import OpError
+
+@pytest.fixture(scope="module", autouse=True, params=["compiled", "array"])
+def cpu_path(request):
+    """Every test runs on the compiled CPU kernels and on the NumPy array code (the spec, and the CuPy path)."""
+    before = os.environ.get("REPOPS_CPU_KERNELS")
+    os.environ["REPOPS_CPU_KERNELS"] = "1" if request.param == "compiled" else "0"
+    yield request.param
+    if before is None:
+        del os.environ["REPOPS_CPU_KERNELS"]
+    else:
+        os.environ["REPOPS_CPU_KERNELS"] = before
+
 
 PRIMITIVES = {
     "exp_f64": (T.exp_f64, ref.exp),
