@@ -773,15 +773,21 @@ if AVAILABLE:
 
     @_scalar
     def _shift_of(row, n):
-        # float64(max(row) + 0f): NaN if any element is NaN, the zero maximum as +0
-        top = np.float32(-np.inf)
+        # float64(max(row) + 0f): NaN if any element is NaN, the zero maximum as +0.
+        # The maximum is taken over integer keys that order like the float32 values
+        # (negative patterns with their magnitude bits flipped): an exact integer max
+        # that vectorizes, where a float max with NaN checks would not.
+        bits = row[:n].view(np.int32)
+        top = np.int64(-(1 << 31))
+        nan = False
         for i in range(n):
-            v = row[i]
-            if v > top or v != v:
-                top = v
-                if v != v:
-                    break
-        return np.float64(top + np.float32(0.0))
+            b = np.int64(bits[i])
+            top = max(top, b ^ ((b >> 31) & 0x7FFFFFFF))
+            nan |= (b & 0x7FFFFFFF) > 0x7F800000
+        if nan:
+            return np.nan
+        value = np.int32(top ^ ((top >> 31) & 0x7FFFFFFF)).view(np.float32)
+        return np.float64(value + np.float32(0.0))
 
     @_function
     def _softmax_span(x, out, first, stop):
