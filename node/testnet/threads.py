@@ -15,12 +15,21 @@ THREAD_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_TH
 
 
 def one_thread_per_node(env: dict[str, str] | None = None) -> dict[str, str]:
-    """Set the thread limits in ``env`` (default: this process) unless already set; returns ``env``."""
-    target = os.environ if env is None else env
+    """Set the thread limits in ``env`` (default: this process) unless already set; returns ``env``.
+
+    In this process numba's limit is set through its API, never through
+    NUMBA_NUM_THREADS: numba re-reads that variable at every compilation and refuses
+    a value that differs from the size of a thread pool it has already started.
+    """
+    if env is not None:
+        for name, value in THREAD_ENV.items():
+            env.setdefault(name, value)
+        return env
     for name, value in THREAD_ENV.items():
-        target.setdefault(name, value)
-    if env is None and "numba" in sys.modules:  # already imported: its pool size is fixed, its use is not
+        if name != "NUMBA_NUM_THREADS":
+            os.environ.setdefault(name, value)
+    if "numba" in sys.modules:  # already imported: its pool size is fixed, its use is not
         import numba
 
         numba.set_num_threads(1)
-    return target
+    return os.environ
