@@ -46,6 +46,8 @@ def _explode(a):
 
 
 def register_test_ops() -> None:
+    """Register the synthetic operators (at import: module-level worlds use them);
+    the fixtures in tests/conftest.py keep them out of every non-protocol test."""
     if "ptest.mix" not in registry.names():
         registry.register("ptest.mix", _mix, arity=2, attrs={"salt": Attr(int, 0)})
         registry.register("ptest.scale", _scale, arity=1, attrs={"factor": Attr(int, 3)})

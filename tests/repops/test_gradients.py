@@ -24,6 +24,8 @@ from repops_cupy import ops  # noqa: F401 - fills the registry
 from repops_cupy import registry
 from repops_cupy.op_examples import EXAMPLES, ExampleRandom, example
 
+from ..conftest import LIBRARY_OPS
+
 # Operators with no backward rule by design: optimizer updates and counters end a step.
 NON_DIFFERENTIABLE = frozenset({
     "sgd_momentum", "sgd_update", "adam_moment1", "adam_moment2", "beta_power_step",
@@ -54,7 +56,8 @@ def is_gradient_op(name: str) -> bool:
 
 
 def _differentiable() -> list[str]:
-    return [n for n in registry.names() if not is_gradient_op(n) and n not in NON_DIFFERENTIABLE]
+    # the library's operators (other test packages may register synthetic ones while collecting)
+    return [n for n in sorted(LIBRARY_OPS) if not is_gradient_op(n) and n not in NON_DIFFERENTIABLE]
 
 
 def _inputs_for(name: str):
