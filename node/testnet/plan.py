@@ -8,7 +8,10 @@ keys, accounts, cheaters, strategies and jobs on every run. The cheaters are
 
 Jobs are variants of one job file (the MLP of ``scripts/jobs/mlp.toml`` by default)
 with the steps and checkpoint interval the testnet asks for and a seed of their own,
-so every job is its own computation. Clients take them in turn.
+so every job is its own computation. Clients take them in turn, and each job names
+the providers its client offers it to first (``replicas`` of them, in turn over a
+shuffled list): every provider, cheaters included, gets its share of the work, where
+a client left to itself would offer every job to the same cheapest providers.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ PROVIDER, AUDITOR, CLIENT = "provider", "auditor", "client"
 
 @dataclass(frozen=True)
 class TestnetOptions:
+    __test__ = False  # not a pytest test class, whatever its name
     nodes: int = 6            # providers
     cheaters: int = 2         # of the providers
     auditors: int = 1
@@ -41,6 +45,14 @@ class TestnetOptions:
     checkpoint_every: int = 1
     job_file: Path = DEFAULT_JOB
     strategies: tuple[str, ...] = ()  # empty: every strategy of node._cheats but honest
+    capacity: int = 2                 # jobs a provider trains at once
+    stake: str = "100"                # ether each provider and auditor stakes
+    # a job's windows, in seconds: the client settles only after the challenge window
+    accept_within: float = 30.0
+    commit_within: float = 60.0
+    challenge_within: float = 30.0
+    move_timeout: float = 20.0        # a dispute move; clock: a party's whole budget in one dispute
+    clock: float = 60.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -53,6 +65,9 @@ class TestnetOptions:
             (0.0 <= self.cheat_rate <= 1.0, "--cheat-rate: between 0 and 1"),
             (1 <= self.replicas <= self.nodes, "--replicas: between 1 and --nodes"),
             (self.steps >= 1 and self.checkpoint_every >= 1, "--steps and --checkpoint-every: positive"),
+            (self.capacity >= 1, "--capacity: at least one job"),
+            (min(self.accept_within, self.commit_within, self.challenge_within, self.move_timeout, self.clock) > 0,
+             "job windows and dispute clocks: positive"),
         ]
         for ok, message in checks:
             if not ok:
@@ -78,10 +93,12 @@ class JobPlan:
     client: str
     job_file: Path
     seed: int
+    providers: tuple[str, ...] = ()  # offered the job first, in this order
 
 
 @dataclass(frozen=True)
 class TestnetPlan:
+    __test__ = False
     options: TestnetOptions
     nodes: tuple[NodePlan, ...]
     jobs: tuple[JobPlan, ...] = field(default=())
@@ -126,17 +143,20 @@ def make_plan(options: TestnetOptions, jobs_dir: Path) -> TestnetPlan:
                 cheat = drawn.pop()
             nodes.append(NodePlan(name, role, node_seed(options.seed, name), cheat,
                                   options.cheat_rate if cheat else 0.0))
-    jobs = tuple(_job(options, i, names[CLIENT][i % options.clients], jobs_dir) for i in range(options.jobs))
+    order = rng.sample(names[PROVIDER], len(names[PROVIDER]))
+    jobs = tuple(_job(options, i, names[CLIENT][i % options.clients],
+                      tuple(order[(i * options.replicas + r) % len(order)] for r in range(options.replicas)), jobs_dir)
+                 for i in range(options.jobs))
     return TestnetPlan(options, tuple(nodes), jobs)
 
 
-def _job(options: TestnetOptions, index: int, client: str, jobs_dir: Path) -> JobPlan:
+def _job(options: TestnetOptions, index: int, client: str, providers: tuple[str, ...], jobs_dir: Path) -> JobPlan:
     seed = options.seed * 1_000_003 + index + 1
     path = jobs_dir / f"job-{index:03d}.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(job_variant(options.job_file, steps=options.steps, checkpoint_every=options.checkpoint_every,
                                 seed=seed, name=f"testnet-{index:03d}"))
-    return JobPlan(index, client, path, seed)
+    return JobPlan(index, client, path, seed, providers)
 
 
 def job_variant(job_file: Path, *, steps: int, checkpoint_every: int, seed: int, name: str) -> str:

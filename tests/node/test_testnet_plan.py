@@ -19,11 +19,20 @@ def test_the_plan_follows_the_options_and_the_seed(tmp_path):
     # every strategy once before any repeats
     assert len(set(cheats)) == min(10, len(cheat_strategies())) and set(cheats) <= set(cheat_strategies())
     assert [j.client for j in plan.jobs] == ["client-00", "client-01", "client-02"] * 2 + ["client-00"]
+    assert all(len(j.providers) == 1 for j in plan.jobs)
+    assert len({j.providers for j in plan.jobs}) == 7  # spread over the providers, not the same cheapest ones
     specs = [load_job(j.job_file) for j in plan.jobs]
     assert {(s.steps, s.checkpoint_interval) for s in specs} == {(4, 2)}
     assert len({s.seed for s in specs}) == 7  # every job its own computation
     other = make_plan(TestnetOptions(nodes=12, cheaters=10, seed=6), tmp_path / "c")
     assert [n.seed for n in other.nodes] != [n.seed for n in plan.nodes]
+
+
+def test_replicas_are_distinct_providers_and_every_provider_gets_work(tmp_path):
+    plan = make_plan(TestnetOptions(nodes=5, cheaters=1, jobs=10, replicas=2), tmp_path)
+    assert all(len(set(j.providers)) == 2 for j in plan.jobs)
+    counts = {n.name: sum(n.name in j.providers for j in plan.jobs) for n in plan.of_role(PROVIDER)}
+    assert set(counts.values()) == {4}
 
 
 def test_strategies_can_be_chosen(tmp_path):

@@ -1,0 +1,376 @@
+"""Starting a testnet on loopback, running its jobs, and gathering what happened.
+
+Both modes run the real node (`node.runtime.Node` with its roles) from real data
+directories under ``OUT/nodes/NAME``, real libp2p hosts on 127.0.0.1 and the real
+settlement contract:
+
+- in-process: every node a task of one trio process, all on the process's embedded
+  EVM (or on anvil with ``--chain anvil``): many nodes, little memory;
+- processes: every node its own ``gavel node start`` process, on one anvil chain; the
+  testnet submits jobs to its client nodes with ``gavel submit``.
+
+Either way the testnet itself only watches: a poller reads the contract's events into
+a `Ledger`, and when the jobs are over it reads the nodes' own rows (the auditors'
+audits, the clients' verdicts and results) from their databases.
+
+Topology: node i bootstraps to node i-1 and to two earlier nodes drawn from the seed,
+so the graph is connected with a few links per node and no hub.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import trio
+
+from ..config import make_config
+from ..datadir import init_datadir
+from .ledger import Ledger
+from .plan import AUDITOR, CLIENT, PROVIDER, NodePlan, TestnetOptions, TestnetPlan
+from .report import Audit, NodeInfo, Submission, audit_from_entry
+
+log = logging.getLogger(__name__)
+
+MARKER = ".gavel-testnet"
+POLL_INTERVAL = 0.5
+EXTRA_LINKS = 2
+OBSERVER = "observer"
+PEER_RECORD_OFF = 1e9  # seconds
+
+
+class LaunchError(RuntimeError):
+    """The network could not be started as planned (a node that does not come up, a busy output folder)."""
+
+
+def prepare_out_dir(out: Path) -> None:
+    """Make ``out`` ready for a run: new, or a previous testnet's output (whose nodes and jobs go)."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise LaunchError(f"{out} is not empty and holds no earlier testnet: choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("output of gavel testnet; its nodes/ and jobs/ are replaced by the next run\n")
+    for sub in ("nodes", "jobs", "observer"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+
+
+def account_of(seed: bytes) -> str:
+    from eth_account import Account
+
+    from ..roles.chain import account_key
+
+    return Account.from_key(account_key(seed)).address
+
+
+def peer_id_of(seed: bytes) -> str:
+    from nacl.signing import SigningKey
+
+    from ..datadir import peer_id_text
+
+    return peer_id_text(bytes(SigningKey(seed).verify_key))
+
+
+def node_settings(node: NodePlan, options: TestnetOptions, *, chain: str, listen: str,
+                  bootstrap: list[str], log_file: str) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "roles": [node.role], "chain": chain, "listen": listen, "bootstrap": bootstrap, "stake": options.stake,
+        "capacity": options.capacity, "advert_interval": 1.0, "metrics_listen": "", "log_file": log_file,
+        "device": "cpu",
+    }
+    if node.cheat:
+        values["cheat"] = node.cheat
+        if node.cheat_rate < 1.0:
+            values["cheat_rate"] = node.cheat_rate  # refused by make_config until the provider offers it
+    if node.role == AUDITOR:
+        values["audit_rate"] = options.audit_rate
+    return values
+
+
+def init_node_dir(directory: Path, seed: bytes, values: dict[str, Any]):
+    """The node's data directory, keyed with its planned seed (so its accounts follow from the testnet seed)."""
+    from protocol import Identity, write_key_file
+
+    config = init_datadir(directory, values)
+    write_key_file(config.key_file, Identity(seed), overwrite=True)
+    return config
+
+
+def bootstrap_links(count: int, seed: int) -> list[list[int]]:
+    """For node i: the earlier nodes it dials (i-1 and up to EXTRA_LINKS others)."""
+    rng = random.Random(seed)
+    links: list[list[int]] = []
+    for i in range(count):
+        chosen = {i - 1} if i else set()
+        others = [j for j in range(i - 1)]
+        chosen.update(rng.sample(others, min(EXTRA_LINKS, len(others))))
+        links.append(sorted(chosen))
+    return links
+
+
+def rss_bytes(pid: int | str = "self") -> tuple[int, int]:
+    """(current, peak) resident memory of a process, from /proc."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) * 1024
+    return fields.get("VmRSS", 0), fields.get("VmHWM", 0)
+
+
+@dataclass
+class RunRecords:
+    """Everything the launcher gathered; `report.Observed` is built from it and the truth."""
+
+    nodes: list[NodeInfo]
+    submissions: list[Submission]
+    ledger: Ledger
+    audits: list[Audit] = field(default_factory=list)
+    verdicts: dict[int, dict] = field(default_factory=dict)
+    run_dirs: dict[tuple[bytes, str], Path] = field(default_factory=dict)  # (job, provider account) -> run dir
+    timings: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    mismatches: list[str] = field(default_factory=list)  # ledger vs contract
+
+
+ProgressHook = Callable[["Network"], None]
+
+
+class Network:
+    """One testnet run: the plan, its nodes' directories, the ledger and the submissions."""
+
+    def __init__(self, plan: TestnetPlan, out: Path, *, chain: str = "embedded",
+                 on_progress: ProgressHook | None = None) -> None:
+        self.plan = plan
+        self.options = plan.options
+        self.out = Path(out)
+        self.chain_kind = chain
+        self.on_progress = on_progress or (lambda network: None)
+        self.ledger = Ledger()
+        self.t0 = time.monotonic()
+        self.phase = "starting"
+        self.submissions: list[Submission] = []
+        self.names: dict[str, str] = {}  # account -> node name
+        self.infos: dict[str, NodeInfo] = {}
+        self.configs: dict[str, Any] = {}
+        self.timings: dict[str, float] = {}
+        self._settlement: Any = None
+        self._binding: Any = None
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def node_dir(self, name: str) -> Path:
+        return self.out / "nodes" / name
+
+    def submit_options(self, provider_addrs: list[str]):
+        from ..roles.client import SubmitOptions
+        from ..roles.chain import ETHER
+
+        o = self.options
+        return SubmitOptions(providers=o.replicas, price=ETHER, stake=ETHER, accept_within=o.accept_within,
+                             commit_within=o.commit_within, challenge_within=o.challenge_within,
+                             move_timeout=o.move_timeout, clock=o.clock, provider_addrs=provider_addrs)
+
+    @property
+    def job_lifetime(self) -> float:
+        """Seconds a job may take from submission to settlement when a dispute runs to its ruling deadline."""
+        o = self.options
+        ruling = 2 * o.clock + o.move_timeout + 120
+        return o.accept_within + o.commit_within + o.challenge_within + ruling + 60
+
+    # -- the observer: the contract's events ------------------------------------------------
+
+    def open_observer(self, chain_setting: str) -> None:
+        """Bind to the contract (deploying it on a fresh chain) with the observer's own key (blocking)."""
+        from ..roles.chain import open_binding_sync
+        from .plan import node_seed
+
+        config = make_config(self.out / OBSERVER, {"chain": chain_setting})
+        self._binding = open_binding_sync(config, node_seed(self.options.seed, OBSERVER))
+        self._binding.ensure_funds_sync(0)  # the embedded EVM refuses even a read from an account that cannot pay gas
+        self._settlement = self._binding.settlement
+
+    async def poll_chain(self) -> int:
+        binding = self._binding
+        events = await binding.run(self._settlement.events, self.ledger.last_block + 1)
+        fed = self.ledger.feed(events, self.now())
+        if fed:
+            self.on_progress(self)
+        return fed
+
+    async def watch_chain(self) -> None:
+        while True:
+            await self.poll_chain()
+            await trio.sleep(POLL_INTERVAL)
+
+    async def wait_registered(self, timeout: float) -> None:
+        wanted = {self.infos[n.name].account for n in self.plan.nodes if n.role in (PROVIDER, AUDITOR)}
+        with trio.move_on_after(timeout):
+            while not wanted <= set(self.ledger.registered):
+                await trio.sleep(POLL_INTERVAL)
+        missing = sorted(self.names[a] for a in wanted - set(self.ledger.registered))
+        if missing:
+            raise LaunchError(f"{len(missing)} node(s) did not register on chain within {timeout:g} s: "
+                              f"{', '.join(missing[:8])}")
+
+    def mismatches(self) -> list[str]:
+        """Where the ledger's stakes, locks and credits differ from the contract's reads (blocking)."""
+        return self.ledger.mismatches(self._settlement)
+
+    # -- what the nodes recorded ------------------------------------------------------------
+
+    def harvest(self) -> tuple[list[Audit], dict[int, dict], dict[bytes, dict]]:
+        """The auditors' audits, the referees' verdict summaries and the clients' results, from the
+        nodes' databases (blocking; the nodes may be stopped)."""
+        from ..framing import unpack
+        from ..storage import Storage
+        from protocol import SignedJobTerms
+        from protocol.wire import decode_struct
+
+        audits: list[Audit] = []
+        verdicts: dict[int, dict] = {}
+        results: dict[bytes, dict] = {}
+        for node in self.plan.nodes:
+            if node.role == PROVIDER:
+                continue
+            with Storage(self.node_dir(node.name) / "gavel.db") as storage:
+                for job in storage.jobs(role=node.role):
+                    record = unpack(job.spec)
+                    if node.role == AUDITOR:
+                        intervals = decode_struct(SignedJobTerms, record["terms"]).terms.schedule.intervals
+                        for entry in record.get("audits", {}).values():
+                            audits.append(audit_from_entry(node.name, job.job_id, entry, intervals))
+                    else:
+                        for verdict in record.get("verdicts", []):
+                            verdicts[verdict["chain_dispute"]] = verdict
+                        if "result" in record:
+                            results[job.job_id] = record["result"]
+        return audits, verdicts, results
+
+    def run_dirs(self) -> dict[tuple[bytes, str], Path]:
+        from ..roles.jobfiles import RUN_DIR, job_dir
+
+        out = {}
+        for job in self.ledger.jobs.values():
+            for provider in job.commits:
+                name = self.names.get(provider)
+                if name is not None:
+                    out[(job.job_id, provider)] = job_dir(self.node_dir(name), job.job_id) / RUN_DIR
+        return out
+
+    def records(self, memory: dict[str, Any]) -> RunRecords:
+        audits, verdicts, results = self.harvest()
+        for sub in self.submissions:
+            if sub.job_id is not None and sub.result is None:
+                sub.result = results.get(sub.job_id)
+        return RunRecords([self.infos[n.name] for n in self.plan.nodes], self.submissions, self.ledger, audits,
+                          verdicts, self.run_dirs(), dict(self.timings), memory)
+
+    def _plan_nodes(self) -> None:
+        for node in self.plan.nodes:
+            account = account_of(node.seed)
+            self.names[account] = node.name
+            self.infos[node.name] = NodeInfo(node.name, node.role, account, peer_id_of(node.seed), node.cheat,
+                                             node.cheat_rate)
+
+    async def _run_jobs(self, submit: Callable[[Submission], Any], deadline: float) -> None:
+        """Submit every planned job (staggered) and wait until each is settled or the deadline passes."""
+        self.phase = "running jobs"
+        self.timings["jobs_started_at"] = self.now()
+        stagger = min(1.0, self.options.accept_within / max(4, len(self.plan.jobs)))
+        with trio.move_on_after(deadline):
+            async with trio.open_nursery() as nursery:
+                for job in self.plan.jobs:
+                    sub = Submission(job.index, job.client, str(job.job_file), self.now())
+                    self.submissions.append(sub)
+                    nursery.start_soon(submit, sub)
+                    await trio.sleep(stagger)
+        self.timings["jobs_done_at"] = self.now()
+        self.phase = "gathering"
+        await self.poll_chain()
+        self.on_progress(self)
+
+
+# -- in one process ----------------------------------------------------------------------------
+
+
+class InProcessNetwork(Network):
+    async def run(self) -> RunRecords:
+        from ..logs import configure_logging
+        from ..runtime import Node
+        from ..roles.context import context_of
+
+        configure_logging("info", file=self.out / "testnet.log")
+        self._plan_nodes()
+        chain_setting = "embedded"
+        anvil = None
+        if self.chain_kind == "anvil":
+            from contracts import AnvilProcess
+
+            anvil = AnvilProcess().start()
+            chain_setting = anvil.url
+        try:
+            await trio.to_thread.run_sync(self.open_observer, chain_setting)
+            rss_before, _ = rss_bytes()
+            nodes: dict[str, Node] = {}
+            links = bootstrap_links(len(self.plan.nodes), self.options.seed)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.watch_chain)
+                for i, plan_node in enumerate(self.plan.nodes):
+                    bootstrap = [nodes[self.plan.nodes[j].name].host.listen_addrs[0] for j in links[i]]
+                    values = node_settings(plan_node, self.options, chain=chain_setting,
+                                           listen="/ip4/127.0.0.1/tcp/0", bootstrap=bootstrap, log_file="")
+                    config = init_node_dir(self.node_dir(plan_node.name), plan_node.seed, values)
+                    node = Node(config, plan_node.seed)
+                    # The peers table is not needed here, and its recorder dies on a peer known only by an
+                    # inbound connection (libp2p's PeerStoreError is no BaseLibp2pError), taking the node along.
+                    node.record_interval = PEER_RECORD_OFF
+                    await nursery.start(node.run)
+                    nodes[plan_node.name] = node
+                    self.infos[plan_node.name].pid = os.getpid()
+                    self.on_progress(self)
+                self.timings["nodes_started_at"] = self.now()
+                self.phase = "registering"
+                await self.wait_registered(timeout=60 + len(nodes))
+                rss_after, _ = rss_bytes()
+                self.timings["network_ready_at"] = self.now()
+
+                async def submit(sub: Submission) -> None:
+                    client = context_of(nodes[sub.client]).roles["client"]
+                    addrs = [nodes[name].host.listen_addrs[0] for name in self.plan.jobs[sub.index].providers]
+                    try:
+                        sub.job_id = await client.submit(Path(sub.job_file), self.submit_options(addrs))
+                        self.on_progress(self)
+                        sub.result = await client.wait(sub.job_id)
+                    except Exception as error:  # a job that fails is reported, the run goes on
+                        log.warning("job %d: %s", sub.index, error)
+                        sub.error = f"{type(error).__name__}: {error}"
+                    sub.done_at = self.now()
+                    self.on_progress(self)
+
+                for name, node in nodes.items():  # every role object up before the first job
+                    while (ctx := context_of(node)) is None or not ctx.roles:
+                        await trio.sleep(0.05)
+                await self._run_jobs(submit, self.job_lifetime)
+                mismatches = await trio.to_thread.run_sync(self.mismatches)
+                nursery.cancel_scope.cancel()
+            memory = {"mode": "in-process", "process_rss_bytes": rss_after, "rss_before_nodes_bytes": rss_before,
+                      "per_node_bytes": (rss_after - rss_before) / max(1, len(nodes)), "peak_rss_bytes": rss_bytes()[1]}
+            records = self.records(memory)
+            records.mismatches = mismatches
+            return records
+        finally:
+            if self._binding is not None:
+                self._binding.close()
+            if anvil is not None:
+                anvil.stop()
+
+
+__all__ = ["InProcessNetwork", "LaunchError", "Network", "RunRecords", "bootstrap_links", "prepare_out_dir"]

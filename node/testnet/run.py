@@ -1,0 +1,182 @@
+"""One testnet run, or a sweep of runs over audit rates, from options to report.json and report.html.
+
+    run_testnet(options, out, mode="in-process", chain="embedded")  -> the report (a dict)
+    run_sweep(options, out, rates=(...))                            -> the combined report
+
+A run: prepare the output folder, plan the nodes and jobs, start the network and run
+the jobs (`launcher`), recompute every job's honest result and replay every cheating
+run (`truth`), judge (`report`), and write the report with its figures. A sweep runs
+one network per audit rate into ``OUT/rate-R/`` (each with its own report) and writes
+the catch-rate comparison over all of them into ``OUT``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import platform
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .display import LiveDisplay
+from .html import write_html
+from .launcher import InProcessNetwork, RunRecords, prepare_out_dir
+from .plan import TestnetOptions, make_plan
+from .report import Observed, build_report, write_report
+from .sweep import catch_section
+from .truth import honest_run, replay_run
+
+log = logging.getLogger(__name__)
+
+IN_PROCESS, PROCESSES = "in-process", "processes"
+
+
+def observe(records: RunRecords, *, progress: Any = None) -> Observed:
+    """The run's records with the truth recomputed: every job's honest run, every cheating run replayed."""
+    honest = {}
+    files = {}
+    for sub in records.submissions:
+        if sub.job_id is not None and sub.job_id in records.ledger.jobs:
+            honest[sub.job_id] = honest_run(Path(sub.job_file))
+            files[sub.job_id] = Path(sub.job_file)
+    replays = {}
+    for job in records.ledger.jobs.values():
+        expected = honest.get(job.job_id)
+        for provider, (root, _) in job.commits.items():
+            run_dir = records.run_dirs.get((job.job_id, provider))
+            if expected is None or root == expected.root or run_dir is None or not run_dir.exists():
+                continue
+            replays[(job.job_id, provider)] = replay_run(files[job.job_id], run_dir)
+            if progress:
+                progress(f"replayed the run of {provider[:10]} in job {job.job_id.hex()[:12]}")
+    return Observed(records.nodes, records.submissions, records.ledger, honest, replays, records.audits,
+                    records.verdicts)
+
+
+def _scale(records: RunRecords, mode: str, nodes: int, cpu_seconds: float) -> dict[str, Any]:
+    t = records.timings
+    settled = records.ledger.settled_jobs
+    span = t.get("jobs_done_at", 0.0) - t.get("jobs_started_at", 0.0)
+    scale: dict[str, Any] = {
+        "mode": mode, "nodes": nodes, "cpus": _cpus(), "machine": platform.machine(),
+        "start_s": round(t.get("network_ready_at", 0.0), 2), "jobs_span_s": round(span, 2),
+        "jobs_settled": settled,
+        "seconds_per_settled_job": round(span / settled, 3) if settled else None,
+        "cpu_seconds": round(cpu_seconds, 1),
+        "cpu_seconds_per_settled_job": round(cpu_seconds / settled, 3) if settled else None,
+    }
+    memory = records.memory
+    if "per_node_bytes" in memory:
+        scale["memory_per_node_mib"] = round(memory["per_node_bytes"] / 2**20, 2)
+    for key in ("process_rss_bytes", "peak_rss_bytes", "median_node_rss_bytes", "max_node_rss_bytes",
+                "total_rss_bytes"):
+        if key in memory:
+            scale[key.replace("_bytes", "_mib")] = round(memory[key] / 2**20, 1)
+    return scale
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def config_of(options: TestnetOptions, *, mode: str, chain: str, command: str) -> dict[str, Any]:
+    values = {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
+              for k, v in dataclasses.asdict(options).items()}
+    return {**values, "mode": mode, "chain": chain, "command": command}
+
+
+def run_testnet(options: TestnetOptions, out: Path, *, mode: str = IN_PROCESS, chain: str = "embedded",
+                display: LiveDisplay | None = None, command: str = "") -> dict[str, Any]:
+    out = Path(out)
+    prepare_out_dir(out)
+    plan = make_plan(options, out / "jobs")
+    started = time.time()
+    cpu_before = _cpu_seconds()
+    if mode == IN_PROCESS:
+        network: Any = InProcessNetwork(plan, out, chain=chain,
+                                        on_progress=(display.update if display else None))
+    else:
+        from .processes import ProcessNetwork
+
+        network = ProcessNetwork(plan, out, chain=chain, on_progress=(display.update if display else None))
+    records = trio.run(network.run)
+    if display:
+        display.update(network, force=True)
+    cpu = _cpu_seconds() - cpu_before
+    wall = time.time() - started
+    note = (lambda line: print(line, flush=True)) if display else None
+    truth_started = time.perf_counter()
+    observed = observe(records, progress=note)
+    report = build_report(observed, config=config_of(options, mode=mode, chain=chain, command=command),
+                          timings={**records.timings, "wall_s": round(wall, 2),
+                                   "truth_s": round(time.perf_counter() - truth_started, 2)},
+                          scale=_scale(records, mode, len(plan.nodes), cpu))
+    report["ledger_mismatches"] = records.mismatches
+    if records.mismatches:
+        report["summary"]["ok"] = False
+        report["summary"]["failures"].append(f"{len(records.mismatches)} ledger balance(s) differ from the contract")
+    report["catch"] = catch_section([report])
+    write_report(report, out)
+    write_html(report, out)
+    return report
+
+
+def run_sweep(options: TestnetOptions, out: Path, *, rates: tuple[float, ...], mode: str = IN_PROCESS,
+              chain: str = "embedded", display_factory: Any = None, command: str = "") -> dict[str, Any]:
+    out = Path(out)
+    prepare_out_dir(out)
+    reports = []
+    for rate in rates:
+        run_out = out / f"rate-{rate:g}"
+        display = display_factory() if display_factory else None
+        if display:
+            print(f"--- audit rate {rate:g} ---", flush=True)
+            with display:
+                report = run_testnet(dataclasses.replace(options, audit_rate=rate), run_out, mode=mode, chain=chain,
+                                     display=display, command=command)
+        else:
+            report = run_testnet(dataclasses.replace(options, audit_rate=rate), run_out, mode=mode, chain=chain,
+                                 command=command)
+        reports.append(report)
+    combined = combine(reports, config=config_of(options, mode=mode, chain=chain, command=command) |
+                       {"sweep_rates": list(rates)})
+    write_report(combined, out)
+    write_html(combined, out)
+    return combined
+
+
+def combine(reports: list[dict[str, Any]], *, config: dict[str, Any]) -> dict[str, Any]:
+    """One report over several runs: their jobs, disputes and slashes side by side, summed summaries."""
+    summary: dict[str, Any] = {}
+    for report in reports:
+        for key, value in report["summary"].items():
+            if isinstance(value, bool):
+                summary[key] = summary.get(key, True) and value
+            elif isinstance(value, (int, float)):
+                summary[key] = summary.get(key, 0) + value
+            elif isinstance(value, list):
+                summary[key] = summary.get(key, []) + [f"rate {report['config']['audit_rate']:g}: {v}" for v in value]
+    catch = catch_section(reports)
+    return {
+        "format": reports[0]["format"] if reports else "",
+        "config": config, "summary": summary, "catch": catch,
+        "runs": [{"audit_rate": r["config"]["audit_rate"], "summary": r["summary"], "scale": r["scale"]}
+                 for r in reports],
+        "nodes": reports[-1]["nodes"] if reports else [],
+        "jobs": [j | {"run": i} for i, r in enumerate(reports) for j in r["jobs"]],
+        "disputes": [d | {"run": i} for i, r in enumerate(reports) for d in r["disputes"]],
+        "slashes": [s | {"run": i} for i, r in enumerate(reports) for s in r["slashes"]],
+        "payments": [p | {"run": i} for i, r in enumerate(reports) for p in r["payments"]],
+        "balances": {}, "scale": {},
+    }
