@@ -43,7 +43,7 @@ ENV = "REPOPS_CPU_KERNELS"
 # subtree too; their sums continue the same tree (see reduce.py).
 _BLOCK = 256
 _PIECE = 1 << 16
-_COL_TILE = 512  # columns summed together by the tree over the first axis
+_COL_TILE = 128  # columns summed together by the tree over the first axis
 _STACK = 64  # one partial sum per bit of a length
 
 try:
@@ -346,7 +346,9 @@ if AVAILABLE:
         return exp_scalar(-zh * zh - 0.5625) * exp_scalar((zh - at) * (zh + at) + big_r / big_s)
 
     @_scalar
-    def erf_scalar(x):
+    def erf_scalar(x, full):
+        # full=False: 0 stands in for the tail (1.25 <= |x| < 6) and its exps are not
+        # computed; the span computes those lanes again with full=True
         ax = abs(x)
         # |x| < 0.84375
         z = x * x
@@ -362,7 +364,7 @@ if AVAILABLE:
         at = 2.0
         if ax >= T.ERF_MID and ax < T.ERF_BIG:
             at = ax
-        tail = 1.0 - _erf_tail(at, T.ERF_SPLIT) / at
+        tail = 1.0 - _erf_tail(at, T.ERF_SPLIT) / at if full else 0.0
         magnitude = 1.0
         if ax < T.ERF_BIG:
             magnitude = tail
@@ -378,7 +380,8 @@ if AVAILABLE:
         return y
 
     @_scalar
-    def erfc_scalar(x):
+    def erfc_scalar(x, full):
+        # full=False: 0 stands in for the tail (1.25 <= |x| < 28), as in erf_scalar
         ax = abs(x)
         neg = x < 0
         z = x * x
@@ -398,7 +401,7 @@ if AVAILABLE:
         at = 2.0
         if ax >= T.ERF_MID and ax < T.ERFC_BIG:
             at = ax
-        q = _erf_tail(at, T.ERFC_SPLIT) / at
+        q = _erf_tail(at, T.ERFC_SPLIT) / at if full else 0.0
         tail = q
         if neg:
             tail = 2.0 - q
@@ -456,19 +459,77 @@ if AVAILABLE:
         for i in range(src.shape[0]):
             dst[i] = tanh_scalar(np.float64(src[i]))
 
+    # erf and erfc: in a block where few lanes lie in the tail (|x| >= 1.25, two exps),
+    # every lane computes the cheap branches and the tail lanes are gathered and
+    # computed in full afterwards; a block of mostly tail lanes computes all in full.
+    # Either way each lane gets the value of its own branch, as with the array code.
+    _LANES = 512
+
+    @_scalar
+    def _in_tail(v, scale, limit):
+        a = abs(np.float64(v) * scale)
+        return (a >= T.ERF_MID) & (a < limit)
+
+    @_function
+    def _tail_lanes(part, scale, limit, lanes):
+        # the indices i with 1.25 <= |part[i] * scale| < limit, in order, into lanes, and
+        # their count; when they are more than a quarter of the block, the count alone
+        count = 0
+        for i in range(part.shape[0]):
+            count += _in_tail(part[i], scale, limit)
+        if 4 * count > part.shape[0]:
+            return count
+        count = 0
+        for i in range(part.shape[0]):
+            lanes[count] = i
+            count += _in_tail(part[i], scale, limit)
+        return count
+
     @_function
     def _erf_span(x, out, start, stop):
         src = x[start:stop]
         dst = out[start:stop]
-        for i in range(src.shape[0]):
-            dst[i] = erf_scalar(np.float64(src[i]))
+        lanes = np.empty(_LANES, np.int64)
+        values = np.empty(_LANES, np.float64)
+        for b in range(0, src.shape[0], _LANES):
+            part = src[b:b + _LANES]
+            into = dst[b:b + _LANES]
+            count = _tail_lanes(part, 1.0, T.ERF_BIG, lanes)
+            if 4 * count > part.shape[0]:  # mostly tail: every lane in full is cheaper
+                for i in range(part.shape[0]):
+                    into[i] = erf_scalar(np.float64(part[i]), True)
+                continue
+            for i in range(part.shape[0]):
+                into[i] = erf_scalar(np.float64(part[i]), False)
+            for j in range(count):
+                values[j] = part[lanes[j]]
+            for j in range(count):
+                values[j] = erf_scalar(values[j], True)
+            for j in range(count):
+                into[lanes[j]] = values[j]
 
     @_function
     def _erfc_span(x, out, start, stop):
         src = x[start:stop]
         dst = out[start:stop]
-        for i in range(src.shape[0]):
-            dst[i] = erfc_scalar(np.float64(src[i]))
+        lanes = np.empty(_LANES, np.int64)
+        values = np.empty(_LANES, np.float64)
+        for b in range(0, src.shape[0], _LANES):
+            part = src[b:b + _LANES]
+            into = dst[b:b + _LANES]
+            count = _tail_lanes(part, 1.0, T.ERFC_BIG, lanes)
+            if 4 * count > part.shape[0]:  # mostly tail: every lane in full is cheaper
+                for i in range(part.shape[0]):
+                    into[i] = erfc_scalar(np.float64(part[i]), True)
+                continue
+            for i in range(part.shape[0]):
+                into[i] = erfc_scalar(np.float64(part[i]), False)
+            for j in range(count):
+                values[j] = part[lanes[j]]
+            for j in range(count):
+                values[j] = erfc_scalar(values[j], True)
+            for j in range(count):
+                into[lanes[j]] = values[j]
 
     @_function
     def _sigmoid_span(x, out, start, stop):
@@ -541,8 +602,8 @@ if AVAILABLE:
         return y
 
     @_scalar
-    def _gelu_erf(x, c):
-        y = (x * 0.5) * erfc_scalar(x * -c[0])
+    def _gelu_erf(x, c, full):
+        y = (x * 0.5) * erfc_scalar(x * -c[0], full)
         if x == -math.inf:
             y = -0.0
         return y
@@ -563,8 +624,8 @@ if AVAILABLE:
         return slope
 
     @_scalar
-    def _gelu_erf_slope(x, c):
-        cdf = erfc_scalar(x * -c[0]) * 0.5
+    def _gelu_erf_slope(x, c, full):
+        cdf = erfc_scalar(x * -c[0], full) * 0.5
         pdf = exp_scalar((x * x) * -0.5) * c[1]
         slope = cdf + x * pdf
         if x == math.inf:
@@ -582,10 +643,27 @@ if AVAILABLE:
 
     @_function
     def _gelu_erf_span(x, out, c, start, stop):
+        # as _erfc_span: the lanes whose erfc argument lies in the tail are done again in full
         src = x[start:stop]
         dst = out[start:stop]
-        for i in range(src.shape[0]):
-            dst[i] = _gelu_erf(np.float64(src[i]), c)
+        lanes = np.empty(_LANES, np.int64)
+        values = np.empty(_LANES, np.float64)
+        for b in range(0, src.shape[0], _LANES):
+            part = src[b:b + _LANES]
+            into = dst[b:b + _LANES]
+            count = _tail_lanes(part, -c[0], T.ERFC_BIG, lanes)
+            if 4 * count > part.shape[0]:  # mostly tail: every lane in full is cheaper
+                for i in range(part.shape[0]):
+                    into[i] = _gelu_erf(np.float64(part[i]), c, True)
+                continue
+            for i in range(part.shape[0]):
+                into[i] = _gelu_erf(np.float64(part[i]), c, False)
+            for j in range(count):
+                values[j] = part[lanes[j]]
+            for j in range(count):
+                values[j] = _gelu_erf(values[j], c, True)
+            for j in range(count):
+                into[lanes[j]] = values[j]
 
     @_function
     def _gelu_grad_tanh_span(g, x, out, c, start, stop):
@@ -597,11 +675,29 @@ if AVAILABLE:
 
     @_function
     def _gelu_grad_erf_span(g, x, out, c, start, stop):
+        # as _gelu_erf_span
         grad = g[start:stop]
         src = x[start:stop]
         dst = out[start:stop]
-        for i in range(src.shape[0]):
-            dst[i] = np.float64(grad[i]) * _gelu_erf_slope(np.float64(src[i]), c)
+        lanes = np.empty(_LANES, np.int64)
+        values = np.empty(_LANES, np.float64)
+        for b in range(0, src.shape[0], _LANES):
+            part = src[b:b + _LANES]
+            part_g = grad[b:b + _LANES]
+            into = dst[b:b + _LANES]
+            count = _tail_lanes(part, -c[0], T.ERFC_BIG, lanes)
+            if 4 * count > part.shape[0]:  # mostly tail: every lane in full is cheaper
+                for i in range(part.shape[0]):
+                    into[i] = np.float64(part_g[i]) * _gelu_erf_slope(np.float64(part[i]), c, True)
+                continue
+            for i in range(part.shape[0]):
+                into[i] = np.float64(part_g[i]) * _gelu_erf_slope(np.float64(part[i]), c, False)
+            for j in range(count):
+                values[j] = part[lanes[j]]
+            for j in range(count):
+                values[j] = _gelu_erf_slope(values[j], c, True)
+            for j in range(count):
+                into[lanes[j]] = np.float64(part_g[lanes[j]]) * values[j]
 
     @_kernel
     def gelu_tanh_map(x, out, c, chunks):

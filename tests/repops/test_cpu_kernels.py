@@ -164,6 +164,26 @@ def test_gradient_ops_built_on_primitives_match_array_code():
         assert_same_bits(*compiled_and_array(registry.run, "gelu_grad", (g, x), attrs))
 
 
+def test_erf_family_blocks_with_few_and_many_tail_lanes():
+    """erf, erfc and the erf-form GELU redo their tail lanes (|arg| >= 1.25) per block:
+    blocks with none, exactly a quarter, just over a quarter and only tail lanes."""
+    rng = np.random.default_rng(6)
+    blocks = []
+    for tail_count in (0, 1, K._LANES // 4, K._LANES // 4 + 1, K._LANES - 1, K._LANES):
+        block = rng.uniform(-1.2, 1.2, K._LANES)
+        where = rng.choice(K._LANES, tail_count, replace=False)
+        block[where] = rng.uniform(1.3, 5.0, tail_count) * rng.choice([-1, 1], tail_count)
+        blocks.append(block)
+    x = np.concatenate(blocks + [rng.uniform(-3, 3, 777)])  # and a short last block
+    for name in ("erf", "erfc"):
+        assert_same_bits(*compiled_and_array(getattr(T, f"{name}_f64"), x))
+    x32 = (x * math.sqrt(2.0)).astype(np.float32)  # GELU's erfc argument is x / -sqrt(2)
+    g = rng.standard_normal(x32.size).astype(np.float32)
+    assert_same_bits(*compiled_and_array(registry.run, "erf", (x.astype(np.float32),)))
+    assert_same_bits(*compiled_and_array(registry.run, "gelu", (x32,), {"approximate": "none"}))
+    assert_same_bits(*compiled_and_array(registry.run, "gelu_grad", (g, x32), {"approximate": "none"}))
+
+
 def test_layouts_and_zero_dim_inputs():
     x = np.random.default_rng(5).standard_normal((40, 30)) * 10
     for name in PRIMITIVES:
