@@ -90,11 +90,12 @@ def render_html(report: dict[str, Any]) -> str:
                          "client got", "submit→settled s"], rows, left=5))
     if report["disputes"]:
         parts.append("<h2>Disputes</h2>")
-        parts.append(_table(["#", "job", "challenger", "respondent", "outcome", "losers", "step", "node", "rounds",
-                             "bytes", "seconds"],
+        parts.append(_table(["#", "job", "challenger", "respondent", "outcome", "losers", "fault", "step", "node",
+                             "rounds", "bytes to referee", "seconds"],
                             [[d["dispute_id"], d["job_id"][:12], d["challenger"], d["respondent"], d["outcome"],
-                              " ".join(d["losers"]), d["step"], d["node"], d["rounds"], d["bytes"],
-                              _s(d["duration_s"])] for d in report["disputes"]], left=6))
+                              " ".join(d["losers"]), " ".join(f["reason"] for f in d["faults"]), d["step"], d["node"],
+                              d["rounds"], d["bytes_to_referee"], _s(d["duration_s"])] for d in report["disputes"]],
+                            left=7))
     if report["slashes"]:
         parts.append("<h2>Slashes</h2>")
         parts.append(_table(["job", "loser", "ether", "beneficiary", "to beneficiary", "burned", "dispute"],

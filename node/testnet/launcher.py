@@ -35,6 +35,7 @@ from ..datadir import init_datadir
 from .ledger import Ledger
 from .plan import AUDITOR, CLIENT, PROVIDER, NodePlan, TestnetOptions, TestnetPlan
 from .report import Audit, NodeInfo, Submission, audit_from_entry
+from .sweep import samples_for
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ POLL_INTERVAL = 0.5
 EXTRA_LINKS = 2
 OBSERVER = "observer"
 PEER_RECORD_OFF = 1e9  # seconds
+REFEREE_RECEIVED = ("open", "recv")  # log entries of a referee session that carry a party's move
 
 
 class LaunchError(RuntimeError):
@@ -199,7 +201,10 @@ class Network:
 
     async def poll_chain(self) -> int:
         binding = self._binding
-        events = await binding.run(self._settlement.events, self.ledger.last_block + 1)
+        head = await binding.run(binding.chain.block_number)
+        if head <= self.ledger.last_block:
+            return 0  # anvil refuses a log query that starts past its head
+        events = await binding.run(self._settlement.events, self.ledger.last_block + 1, head)
         fed = self.ledger.feed(events, self.now())
         if fed:
             self.on_progress(self)
@@ -237,22 +242,31 @@ class Network:
         audits: list[Audit] = []
         verdicts: dict[int, dict] = {}
         results: dict[bytes, dict] = {}
-        for node in self.plan.nodes:
-            if node.role == PROVIDER:
-                continue
-            with Storage(self.node_dir(node.name) / "gavel.db") as storage:
-                for job in storage.jobs(role=node.role):
+        for name, role in self.harvest_nodes():
+            with Storage(self.node_dir(name) / "gavel.db") as storage:
+                for job in storage.jobs(role=role):
                     record = unpack(job.spec)
-                    if node.role == AUDITOR:
+                    if role == AUDITOR:
                         intervals = decode_struct(SignedJobTerms, record["terms"]).terms.schedule.intervals
+                        samples = samples_for(self.options.audit_rate, intervals)
                         for entry in record.get("audits", {}).values():
-                            audits.append(audit_from_entry(node.name, job.job_id, entry, intervals))
+                            audits.append(audit_from_entry(name, job.job_id, entry, intervals, samples))
                     else:
                         for verdict in record.get("verdicts", []):
-                            verdicts[verdict["chain_dispute"]] = verdict
+                            verdicts.setdefault(verdict["chain_dispute"], {}).update(verdict)
                         if "result" in record:
                             results[job.job_id] = record["result"]
+                        for row in storage.disputes(job_id=job.job_id):
+                            session = unpack(row.state)
+                            if session.get("kind") == "referee":  # its log holds every move it received
+                                moves = [data for kind, _, data in session["log"] if kind in REFEREE_RECEIVED]
+                                verdicts.setdefault(session["chain_dispute"], {}).update(
+                                    bytes_to_referee=sum(len(m) for m in moves), moves_to_referee=len(moves))
         return audits, verdicts, results
+
+    def harvest_nodes(self) -> list[tuple[str, str]]:
+        """(name, role) of the nodes whose rows the report reads: auditors and clients."""
+        return [(n.name, n.role) for n in self.plan.nodes if n.role in (AUDITOR, CLIENT)]
 
     def run_dirs(self) -> dict[tuple[bytes, str], Path]:
         from ..roles.jobfiles import RUN_DIR, job_dir
@@ -270,7 +284,7 @@ class Network:
         for sub in self.submissions:
             if sub.job_id is not None and sub.result is None:
                 sub.result = results.get(sub.job_id)
-        return RunRecords([self.infos[n.name] for n in self.plan.nodes], self.submissions, self.ledger, audits,
+        return RunRecords(list(self.infos.values()), self.submissions, self.ledger, audits,
                           verdicts, self.run_dirs(), dict(self.timings), memory)
 
     def _plan_nodes(self) -> None:

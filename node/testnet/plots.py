@@ -128,13 +128,13 @@ def dispute_plot(report: dict[str, Any]) -> bytes | None:
     left.hist(rounds, bins=range(min(rounds), max(rounds) + 2), color=OTHER_COLOUR, align="left")
     left.set_xlabel("rounds per dispute")
     left.set_ylabel("disputes")
-    sized = [d for d in disputes if d.get("bytes") is not None]
+    sized = [d for d in disputes if d.get("bytes_to_referee") is not None]
     if sized:
-        right.scatter([d["rounds"] for d in sized], [d["bytes"] / 1024 for d in sized], color=CHEAT_COLOUR)
+        right.scatter([d["rounds"] for d in sized], [d["bytes_to_referee"] / 1024 for d in sized], color=CHEAT_COLOUR)
         right.set_xlabel("rounds")
-        right.set_ylabel("KiB exchanged")
+        right.set_ylabel("KiB of moves the referee received")
     else:
-        right.text(0.5, 0.5, "no byte counts in the verdicts", ha="center", va="center", transform=right.transAxes)
+        right.text(0.5, 0.5, "no referee logs", ha="center", va="center", transform=right.transAxes)
     fig.suptitle(f"Disputes ({len(disputes)})")
     return _png(fig)
 

@@ -69,6 +69,11 @@ class Audit:
     intervals: int                      # C of the job
     sample: tuple[int, ...] | None      # the intervals it replayed, when known
     detail: str = ""
+    samples: int | None = None          # how many it draws (its audit rate's), when the sample is not known
+
+    def __post_init__(self) -> None:
+        if self.sample is not None:
+            self.samples = len(self.sample)
 
     @property
     def whole_job(self) -> bool:
@@ -114,8 +119,8 @@ class CommitVerdict:
 
     @property
     def sampled_sizes(self) -> list[int]:
-        """The sample size of each auditor that replayed this run (or was about to)."""
-        return [len(a.sample) for a in self.audits if a.sample is not None]
+        """The sample size of each auditor that finished its audit of this run."""
+        return [a.samples for a in self.audits if a.samples is not None and a.state in AUDIT_DONE]
 
     @property
     def predicted_catch(self) -> float | None:
@@ -138,13 +143,17 @@ def _sample_of(entry_sample: Any, detail: str) -> tuple[int, ...] | None:
     return None
 
 
-def audit_from_entry(auditor: str, job_id: bytes, entry: dict, intervals: int) -> Audit:
-    """An auditor's row for one provider (``record["audits"][key]``) as the report sees it."""
+def audit_from_entry(auditor: str, job_id: bytes, entry: dict, intervals: int, samples: int | None = None) -> Audit:
+    """An auditor's row for one provider (``record["audits"][key]``) as the report sees it.
+
+    ``samples``: the sample size the auditor's audit rate gives, for rows that do not list
+    the intervals drawn (an audit that found a mismatch names where, not what it drew)."""
     detail = str(entry.get("detail", ""))
     sample = _sample_of(entry.get("sample"), detail)
     if sample is None and detail == "whole job replayed":
         sample = tuple(range(intervals))
-    return Audit(auditor, job_id, str(entry.get("account", "")), str(entry.get("state", "")), intervals, sample, detail)
+    return Audit(auditor, job_id, str(entry.get("account", "")), str(entry.get("state", "")), intervals, sample,
+                 detail, samples)
 
 
 def judge_commits(observed: Observed) -> list[CommitVerdict]:
@@ -318,7 +327,8 @@ def build_report(observed: Observed, *, config: dict[str, Any], timings: dict[st
             "duration_s": (d.closed_at - d.opened_at) if d.closed_at is not None else None,
             "outcome": "lapsed" if d.lapsed else d.outcome.name, "losers": [name(x) for x in d.losers],
             "step": d.step, "node": d.node, "transcript_hash": d.transcript_hash.hex() if d.transcript_hash else None,
-            "rounds": summary.get("rounds"), "bytes": summary.get("bytes"), "messages": summary.get("messages"),
+            "rounds": summary.get("rounds"), "bytes_to_referee": summary.get("bytes_to_referee"),
+            "moves_to_referee": summary.get("moves_to_referee"),
             "depth": summary.get("depth"), "faults": summary.get("faults", []),
         })
 

@@ -45,7 +45,7 @@ def trials(report: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         (c,) = commits
         finished = [a for a in c["audits"] if a["state"] in ("ok", "mismatch", "challenged")]
-        if c["honest"] or not finished or not c["corrupted_intervals"]:
+        if c["honest"] or not finished or not c["corrupted_intervals"] or c["predicted_catch"] is None:
             continue
         out.append({"intervals": job["intervals"], "corrupted": len(c["corrupted_intervals"]),
                     "caught": c["slashed"], "predicted": c["predicted_catch"], "auditors": len(finished)})

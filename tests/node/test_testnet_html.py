@@ -63,7 +63,7 @@ def test_report_html_embeds_every_figure_as_png(tmp_path):
     chain.dispute(jid, 1, HONEST, CHEAT, Outcome.CHALLENGER_WINS, loser=CHEAT, winner=HONEST)
     chain.settle(jid, [HONEST])
     obs = observed(chain, {jid: "fig"}, {jid: "fig honest"},
-                   replays={(jid, CHEAT): ReplayedRun(h("x"), (), (2,), 0.1)}, verdicts={1: {"rounds": 9, "bytes": 4096}})
+                   replays={(jid, CHEAT): ReplayedRun(h("x"), (), (2,), 0.1)}, verdicts={1: {"rounds": 9, "bytes_to_referee": 4096}})
     report = build_report(obs, config={"audit_rate": 1.0, "command": "gavel testnet"}, timings={})
     report["catch"] = catch_section([_run(0.5, [True, False, True, True])])
     path = write_html(report, tmp_path)

@@ -155,12 +155,12 @@ def test_report_json_names_nodes_and_round_trips(tmp_path):
     chain.dispute(jid, 7, HONEST, CHEAT, Outcome.CHALLENGER_WINS, loser=CHEAT, winner=HONEST)
     chain.settle(jid, [HONEST])
     obs = observed(chain, {jid: "g"}, {jid: "g honest"}, replays={(jid, CHEAT): replay((2,))},
-                   verdicts={7: {"rounds": 11, "bytes": 12345, "depth": 3}})
+                   verdicts={7: {"rounds": 11, "bytes_to_referee": 12345, "depth": 3}})
     path = write_report(build_report(obs, config={"nodes": 2}, timings={"wall_s": 1.0}), tmp_path)
     report = json.loads(path.read_text())
     (dispute,) = report["disputes"]
     assert (dispute["challenger"], dispute["respondent"], dispute["losers"]) == ("provider-00", "provider-01", ["provider-01"])
-    assert (dispute["rounds"], dispute["bytes"], dispute["outcome"]) == (11, 12345, "CHALLENGER_WINS")
+    assert (dispute["rounds"], dispute["bytes_to_referee"], dispute["outcome"]) == (11, 12345, "CHALLENGER_WINS")
     assert report["slashes"][0]["loser"] == "provider-01" and report["payments"][0]["to"] == "provider-00"
     # the honest provider: seat unlocked, paid the price and half the cheater's seat
     assert report["balances"]["provider-00"]["rows"][-1][1:] == [0, 0, PRICE + SEAT // 2, 0]

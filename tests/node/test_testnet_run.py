@@ -1,0 +1,55 @@
+"""A small testnet end to end: real nodes on loopback, the embedded EVM, real training and audits."""
+from __future__ import annotations
+
+import json
+import os
+
+import numba
+import pytest
+
+from node import testnet_cli
+from node.testnet.threads import THREAD_ENV
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def thread_limits_restored(monkeypatch):
+    """The command limits this process to one compute thread; the tests after it get theirs back."""
+    for name in THREAD_ENV:
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
+    threads = numba.get_num_threads()
+    yield
+    numba.set_num_threads(threads)
+
+
+def test_a_small_in_process_testnet_catches_its_cheater_and_serves_every_client(tmp_path, capsys):
+    out = tmp_path / "out"
+    status = testnet_cli.testnet_main([
+        "--nodes", "2", "--cheaters", "1", "--auditors", "1", "--clients", "1", "--jobs", "2",
+        "--steps", "4", "--checkpoint-every", "1", "--strategies", "perturb-weight",
+        "--accept-within", "20", "--commit-within", "30", "--challenge-within", "15",
+        "--seed", "3", "--out", str(out), "--plain", "--json",
+    ])
+    summary_line = capsys.readouterr().out.strip().splitlines()[-1]
+    report = json.loads((out / "report.json").read_text())
+    summary = report["summary"]
+    assert json.loads(summary_line) == summary
+    assert status == testnet_cli.EXIT_OK and summary["ok"], summary["failures"]
+    # one job each: the cheater's is audited in full, disputed, slashed and refunded
+    assert (summary["jobs"], summary["jobs_settled"], summary["cheats"]) == (2, 2, 1)
+    assert summary["cheats_audited"] == summary["cheats_caught"] == 1 and summary["honest_slashed"] == 0
+    assert summary["clients_served"] == 2 and summary["clients_refunded"] == 1
+    (cheated,) = [j for j in report["jobs"] if any(not c["honest"] for c in j["commitments"])]
+    (commit,) = cheated["commitments"]
+    assert commit["provider"] == next(n["name"] for n in report["nodes"] if n["cheat"] == "perturb-weight")
+    assert len(commit["corrupted_intervals"]) == 1 and commit["slashed"] and commit["predicted_catch"] == 1.0
+    (dispute,) = report["disputes"]
+    assert dispute["losers"] == [commit["provider"]] and dispute["rounds"] > 0 and dispute["bytes_to_referee"] > 0
+    assert report["ledger_mismatches"] == []
+    honest = next(j for j in report["jobs"] if j is not cheated)
+    assert honest["client_outcome"] == "honest result" and honest["paid"]
+    assert (out / "report.html").read_text().count("data:image/png;base64,") >= 4
