@@ -36,7 +36,7 @@ from .context import PartySpec, RoleContext, ceil_fraction
 from .jobfiles import BundleError, job_dir
 from .job_protocols import JOB_LIMITS, JOB_PROTOCOL, TOPIC_COMMITMENTS, TOPIC_JOBS, CommitmentNotice, JobAnnouncement, TraceReport, trace_request
 from .provider import _chain_error, _terms, withdraw_credit
-from .runner import JobRun, RunFailed, RunStopped, trace_hashes
+from .runner import JobRun, RunFailed, RunStopped, resolve_device, trace_hashes
 
 log = logging.getLogger(__name__)
 
@@ -237,8 +237,8 @@ class AuditorRole:
         if job_id in self.runs:
             await trio.lowlevel.checkpoint()
             return self.runs[job_id]
-        device = self.config.device if self.config.device != "auto" else "cpu"
-        run = JobRun(training, program, job_dir(self.config.data_dir, job_id) / AUDIT_DIR, job_id=job_id, device=device)
+        run = JobRun(training, program, job_dir(self.config.data_dir, job_id) / AUDIT_DIR, job_id=job_id,
+                     device=resolve_device(self.config.device))
         stop = threading.Event()
         started = time.perf_counter()
         try:

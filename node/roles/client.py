@@ -59,6 +59,7 @@ OFFER_TIMEOUT = 180.0  # a provider fetches the bundle and builds the program be
 ADVERT_FRESH = 30.0
 POLL = 1.0
 DONE_STATES = ("settled", "unfilled", "failed")
+ANNOUNCE_INTERVAL = 10.0
 
 
 @dataclass
@@ -232,7 +233,6 @@ class ClientRole:
         cj.notify()
 
     async def _hand_over(self, cj: ClientJob) -> None:
-        ctx = self.ctx
         options = SubmitOptions(**cj.record["options"])
         accept_by = cj.record["deadlines"]["accept_by"]
         offer = pack(self._offer(cj).to_wire())
@@ -254,8 +254,6 @@ class ClientRole:
                         options.providers)
             await self._save(cj, "unfilled")
             return
-        await ctx.publish(TOPIC_JOBS, JobAnnouncement(offer_bytes(offer), cj.record["bundle"], cj.record["contract"],
-                                                      ctx.host.listen_addrs).to_wire())
         await self._save(cj, "handed")
         log.info("job %s: handed to %d provider(s)", cj.job_id.hex()[:12], len(cj.record["seats"]))
 
@@ -288,7 +286,19 @@ class ClientRole:
 
     # -- driving a job to its end -------------------------------------------------------
 
+    async def _announce(self, cj: ClientJob) -> None:
+        """Announce the job to auditors until its challenge window closes. Gossip may lose
+        a message; a repeat costs little and auditors drop what they know."""
+        ctx = self.ctx
+        announcement = JobAnnouncement(self._offer(cj).offer, cj.record["bundle"], cj.record["contract"],
+                                       ctx.host.listen_addrs).to_wire()
+        while time.time() < cj.record["deadlines"]["challenge_by"] and cj.state not in DONE_STATES:
+            await ctx.publish(TOPIC_JOBS, announcement)
+            await trio.sleep(ANNOUNCE_INTERVAL)
+
     async def drive(self, cj: ClientJob) -> None:
+        if cj.state not in ("submitted", "opened"):
+            self.ctx.start_soon(self._announce, cj, name=f"announce {cj.job_id.hex()[:12]}")
         try:
             if cj.training is None:
                 cj.training = await trio.to_thread.run_sync(
@@ -303,6 +313,7 @@ class ClientRole:
                 if cj.state == "unfilled":
                     await self._settle(cj)
                     return
+                self.ctx.start_soon(self._announce, cj, name=f"announce {cj.job_id.hex()[:12]}")
             if cj.state == "handed":
                 await self._await_reports(cj)
                 await self._save(cj, "verifying")
@@ -674,10 +685,6 @@ def _decode(data: bytes) -> Envelope:
     from protocol import decode_envelope
 
     return decode_envelope(data)
-
-
-def offer_bytes(offer: bytes) -> bytes:
-    return unpack(offer)["offer"]
 
 
 def _write_result(out: Path, weights: Path, trace_file: Path, job_file: Path) -> None:

@@ -37,7 +37,7 @@ from .job_protocols import (
     JOB_LIMITS, JOB_PROTOCOL, TOPIC_COMMITMENTS, TOPIC_PROVIDERS, Advert, Challenge, CommitmentNotice, Offer,
     TraceReport, parse_trace_request,
 )
-from .runner import JobRun, RunFailed, RunStopped, checkpoint_paths, trace_hashes
+from .runner import JobRun, RunFailed, RunStopped, checkpoint_paths, resolve_device, trace_hashes
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,8 @@ ACTIVE_STATES = ("accepted", "trained", "committed", "delivered")
 COMMITMENT_SEQ = 1  # a provider's commitment is its first message in a job; disputes use later blocks
 DELIVERY_RETRY_MAX = 10.0
 SETTLE_POLL = 3.0
+REGOSSIP_INTERVAL = 10.0
+SEATS_POLL = 1.0
 
 
 class ProviderRole:
@@ -61,11 +63,7 @@ class ProviderRole:
 
     @property
     def device(self) -> str:
-        if self.config.device != "auto":
-            return self.config.device
-        from repops_cupy._backend import gpu_available
-
-        return "gpu" if gpu_available() else "cpu"
+        return resolve_device(self.config.device)
 
     async def run(self) -> None:
         ctx = self.ctx
@@ -219,6 +217,7 @@ class ProviderRole:
         await ctx.storage.run(ctx.storage.add_commitment, StoredCommitment(
             job_id, ROLE, ctx.identity.node_id, root.sequence, root.root, root.signature, envelope.encode()))
         s = ctx.chain.settlement
+        await self._wait_for_seats(job_id)
         try:
             await ctx.chain.run(s.commit, job_id, root.root)
         except Exception as error:
@@ -228,12 +227,26 @@ class ProviderRole:
         log.info("job %s: committed trace root %s on chain", job_id.hex()[:12], root.root.hex()[:16])
         return TraceReport(envelope.encode(), hashes, checkpoints, trace_file, ctx.chain.account).to_wire("trace")
 
+    async def _wait_for_seats(self, job_id: bytes) -> None:
+        """Roots are committed once every seat of the job is taken (the contract's order)."""
+        from contracts import JobStatus
+
+        chain = self.ctx.chain
+        while True:
+            info = await chain.run(chain.settlement.job, job_id)
+            if info.status != JobStatus.OPEN:
+                return
+            now = max(await chain.run(chain.chain.now), int(time.time()))
+            if now >= info.accept_by:
+                raise RunFailed("the job's other seats were never taken")
+            await trio.sleep(SEATS_POLL)
+
     async def _deliver(self, job_id: bytes, signed: Any, record: dict) -> None:
         """Send the trace report to the client until it acknowledges, and gossip the commitment."""
         ctx = self.ctx
         report = dict(record["report"], op="commitment")
-        await ctx.publish(TOPIC_COMMITMENTS, CommitmentNotice(report["commitment"], ctx.chain.account,
-                                                             ctx.host.listen_addrs).to_wire())
+        ctx.start_soon(self._gossip_commitment, report["commitment"], signed.terms.deadline,
+                       name=f"gossip commitment {job_id.hex()[:12]}")
         client = ctx.peer_of(signed.terms.client)
         delay = 0.5
         while time.time() < signed.terms.deadline:
@@ -247,6 +260,15 @@ class ProviderRole:
             await trio.sleep(delay)
             delay = min(delay * 2, DELIVERY_RETRY_MAX)
         log.warning("job %s: the client never took the trace report", job_id.hex()[:12])
+
+    async def _gossip_commitment(self, commitment: bytes, until: int) -> None:
+        """Gossip the commitment for auditors until the challenge window closes (repeats are
+        cheap; a lost gossip message is not)."""
+        ctx = self.ctx
+        notice = CommitmentNotice(commitment, ctx.chain.account, ctx.host.listen_addrs).to_wire()
+        while time.time() < until:
+            await ctx.publish(TOPIC_COMMITMENTS, notice)
+            await trio.sleep(REGOSSIP_INTERVAL)
 
     # -- serving -------------------------------------------------------------------------
 

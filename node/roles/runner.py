@@ -23,9 +23,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from repops_cupy.checkpoint import load_checkpoint, save_checkpoint
-from repops_cupy.train import TRACE_FILE, Trace, checkpoint_file, train
+from repops_cupy.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from repops_cupy.train import TRACE_FILE, Trace, TrainingError, checkpoint_file, train
 
+from ..errors import LocalError
 from ..training_oracle import StageTimer, TrainingOracle, schedule_of
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class RunStopped(Exception):
     """The node asked the run to stop (it resumes from its last checkpoint next time)."""
 
 
-class RunFailed(Exception):
+class RunFailed(LocalError):
     """The run cannot produce a trace (damaged files, a cheat that finds no deviation)."""
 
 
@@ -85,7 +86,10 @@ class JobRun:
         path = self.run_dir / TRACE_FILE
         if not path.exists():
             return None
-        trace = Trace.load(path)
+        try:
+            trace = Trace.load(path)
+        except TrainingError as error:
+            raise RunFailed(str(error)) from None
         if trace.steps != self.schedule.steps or len(trace.checkpoints) != self.schedule.checkpoints:
             return None
         return trace
@@ -108,8 +112,11 @@ class JobRun:
         resume = (self.run_dir / TRACE_FILE).exists()
         if resume:
             log.info("job %s: resuming its training run from the last checkpoint", self.job_id.hex()[:12])
-        trace = train(self.training.spec, self.run_dir, resume=resume, device=self.device, on_step=on_step,
-                      program=self.training)
+        try:
+            trace = train(self.training.spec, self.run_dir, resume=resume, device=self.device, on_step=on_step,
+                          program=self.training)
+        except (TrainingError, CheckpointError) as error:  # a damaged or foreign run directory
+            raise RunFailed(str(error)) from None
         if len(trace.checkpoints) != self.schedule.checkpoints:
             raise RunFailed(f"the run produced {len(trace.checkpoints)} checkpoints, the job has {self.schedule.checkpoints}")
         return trace
@@ -156,6 +163,15 @@ class JobRun:
     def rewrite(self) -> Any:
         """The cheat's rewrite of its dispute moves, if its strategy has one."""
         return self._cheat_rewrite
+
+
+def resolve_device(setting: str) -> str:
+    """``auto``: the GPU when CuPy finds one, else the CPU (the bits are the same)."""
+    if setting != "auto":
+        return setting
+    from repops_cupy._backend import gpu_available
+
+    return "gpu" if gpu_available() else "cpu"
 
 
 def trace_hashes(trace: Trace) -> list[bytes]:
