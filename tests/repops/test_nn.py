@@ -20,24 +20,11 @@ from repops_cupy.errors import OpError
 from repops_cupy.rng import uniform_f32
 from repops_cupy.transcendental import exp_f64, log_f64
 
+from .bits import assert_same_bits, f32
+
 SPECIALS = st.sampled_from([-np.inf, np.inf, np.nan, -0.0, 0.0, 88.0, -104.0])
 VALUES = st.one_of(st.floats(-30, 30, width=32), st.floats(width=32, allow_nan=False), SPECIALS)
 SETTINGS = settings(max_examples=50, deadline=None)
-
-
-def f32(value: float) -> np.float32:
-    with np.errstate(over="ignore"):
-        return np.float32(value)
-
-
-def assert_same_bits(actual, expected):
-    actual, expected = np.asarray(actual), np.asarray(expected)
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape
-    nan_a, nan_e = np.isnan(actual), np.isnan(expected)
-    assert np.array_equal(nan_a, nan_e), "NaN positions differ"
-    uint = f"u{actual.dtype.itemsize}"
-    diff = np.where(nan_a, 0, actual).view(uint) != np.where(nan_e, 0, expected).view(uint)
-    assert not diff.any(), f"{int(diff.sum())} element(s) differ, first at {np.argwhere(diff)[0]}"
 
 
 def tree(values: list[float]) -> float:

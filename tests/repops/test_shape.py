@@ -14,17 +14,9 @@ from repops_cupy import shape as S
 from repops_cupy._backend import cupy_module
 from repops_cupy.errors import OpError
 
+from .bits import assert_same_bits
+
 FLOATS32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
-
-
-def assert_same_bits(actual, expected):
-    actual, expected = np.asarray(actual), np.asarray(expected)
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape
-    nan_a, nan_e = np.isnan(actual), np.isnan(expected)
-    assert np.array_equal(nan_a, nan_e), "NaN positions differ"
-    uint = f"u{actual.dtype.itemsize}"
-    diff = np.where(nan_a, 0, actual).view(uint) != np.where(nan_e, 0, expected).view(uint)
-    assert not diff.any(), f"{int(diff.sum())} element(s) differ, first at {np.argwhere(diff)[0]}"
 
 
 def tree_sum_reference(values: list[float]) -> float:

@@ -1,0 +1,17 @@
+"""Bit-for-bit comparison helpers shared by the operator tests."""
+import numpy as np
+
+
+def f32(value: float) -> np.float32:
+    with np.errstate(over="ignore"):
+        return np.float32(value)
+
+
+def assert_same_bits(actual, expected):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    nan_a, nan_e = np.isnan(actual), np.isnan(expected)
+    assert np.array_equal(nan_a, nan_e), "NaN positions differ"
+    uint = f"u{actual.dtype.itemsize}"
+    diff = np.where(nan_a, 0, actual).view(uint) != np.where(nan_e, 0, expected).view(uint)
+    assert not diff.any(), f"{int(diff.sum())} element(s) differ, first at {np.argwhere(diff)[0]}"
