@@ -45,6 +45,10 @@ EXTRA_LINKS = 2
 OBSERVER = "observer"
 PEER_RECORD_OFF = 1e9  # seconds
 REFEREE_RECEIVED = ("open", "recv")  # log entries of a referee session that carry a party's move
+# Every job names the providers it is offered to, so adverts only keep clients' lists fresh: few suffice.
+ADVERT_INTERVAL = 5.0
+LAG_PROBE = 0.1  # seconds
+MAX_CHAIN_LEAD = 5.0  # seconds the chain's clock may run ahead before the next job is submitted
 
 
 class LaunchError(RuntimeError):
@@ -82,7 +86,7 @@ def node_settings(node: NodePlan, options: TestnetOptions, *, chain: str, listen
                   bootstrap: list[str], log_file: str) -> dict[str, Any]:
     values: dict[str, Any] = {
         "roles": [node.role], "chain": chain, "listen": listen, "bootstrap": bootstrap, "stake": options.stake,
-        "capacity": options.capacity, "advert_interval": 1.0, "metrics_listen": "", "log_file": log_file,
+        "capacity": options.capacity, "advert_interval": ADVERT_INTERVAL, "metrics_listen": "", "log_file": log_file,
         "device": "cpu",
     }
     if node.cheat:
@@ -164,6 +168,7 @@ class Network:
         self.timings: dict[str, float] = {}
         self._settlement: Any = None
         self._binding: Any = None
+        self.loop_lags: list[float] = []
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -214,6 +219,25 @@ class Network:
         while True:
             await self.poll_chain()
             await trio.sleep(POLL_INTERVAL)
+
+    async def _watch_chain_clock(self) -> None:
+        while any(sub.done_at is None for sub in self.submissions):
+            await self.chain_clock_lead()
+            await trio.sleep(2.0)
+
+    async def watch_loop_lag(self) -> None:
+        """How late this process's trio loop wakes a sleeper: with every node in one loop, the sign of saturation."""
+        while True:
+            before = trio.current_time()
+            await trio.sleep(LAG_PROBE)
+            self.loop_lags.append(trio.current_time() - before - LAG_PROBE)
+
+    def loop_lag_summary(self) -> dict[str, float]:
+        lags = sorted(self.loop_lags)
+        if not lags:
+            return {}
+        pick = lambda q: round(1000 * lags[min(len(lags) - 1, int(q * len(lags)))], 1)  # noqa: E731
+        return {"loop_lag_p50_ms": pick(0.5), "loop_lag_p99_ms": pick(0.99), "loop_lag_max_ms": pick(1.0)}
 
     async def wait_registered(self, timeout: float) -> None:
         wanted = {self.infos[n.name].account for n in self.plan.nodes if n.role in (PROVIDER, AUDITOR)}
@@ -294,18 +318,33 @@ class Network:
             self.infos[node.name] = NodeInfo(node.name, node.role, account, peer_id_of(node.seed), node.cheat,
                                              node.cheat_rate)
 
+    async def chain_clock_lead(self) -> float:
+        """Seconds the chain's clock runs ahead of this machine's."""
+        binding = self._binding
+        lead = await binding.run(binding.chain.now) - time.time()
+        self.timings["chain_clock_lead_max_s"] = max(self.timings.get("chain_clock_lead_max_s", 0.0), lead)
+        return lead
+
     async def _run_jobs(self, submit: Callable[[Submission], Any], deadline: float) -> None:
-        """Submit every planned job (staggered) and wait until each is settled or the deadline passes."""
+        """Submit every planned job (staggered) and wait until each is settled or the deadline passes.
+
+        The embedded EVM mines a block per transaction, each a second after the last, so
+        a burst of transactions pushes its clock ahead of the wall clock and every job's
+        windows (in chain seconds) shrink. Submissions wait while the chain runs ahead.
+        """
         self.phase = "running jobs"
         self.timings["jobs_started_at"] = self.now()
         stagger = min(1.0, self.options.accept_within / max(4, len(self.plan.jobs)))
         with trio.move_on_after(deadline):
             async with trio.open_nursery() as nursery:
                 for job in self.plan.jobs:
+                    while await self.chain_clock_lead() > MAX_CHAIN_LEAD:
+                        await trio.sleep(1.0)
                     sub = Submission(job.index, job.client, str(job.job_file), self.now())
                     self.submissions.append(sub)
                     nursery.start_soon(submit, sub)
                     await trio.sleep(stagger)
+                nursery.start_soon(self._watch_chain_clock)
         self.timings["jobs_done_at"] = self.now()
         self.phase = "gathering"
         await self.poll_chain()
@@ -337,6 +376,7 @@ class InProcessNetwork(Network):
             links = bootstrap_links(len(self.plan.nodes), self.options.seed)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.watch_chain)
+                nursery.start_soon(self.watch_loop_lag)
                 for i, plan_node in enumerate(self.plan.nodes):
                     bootstrap = [nodes[self.plan.nodes[j].name].host.listen_addrs[0] for j in links[i]]
                     values = node_settings(plan_node, self.options, chain=chain_setting,
@@ -377,6 +417,7 @@ class InProcessNetwork(Network):
                 nursery.cancel_scope.cancel()
             memory = {"mode": "in-process", "process_rss_bytes": rss_after, "rss_before_nodes_bytes": rss_before,
                       "per_node_bytes": (rss_after - rss_before) / max(1, len(nodes)), "peak_rss_bytes": rss_bytes()[1]}
+            self.timings.update(self.loop_lag_summary())
             records = self.records(memory)
             records.mismatches = mismatches
             return records

@@ -68,6 +68,9 @@ def _scale(records: RunRecords, mode: str, nodes: int, cpu_seconds: float) -> di
         "cpu_seconds": round(cpu_seconds, 1),
         "cpu_seconds_per_settled_job": round(cpu_seconds / settled, 3) if settled else None,
     }
+    for key in ("loop_lag_p50_ms", "loop_lag_p99_ms", "loop_lag_max_ms"):
+        if key in t:
+            scale[key] = t[key]
     memory = records.memory
     if "per_node_bytes" in memory:
         scale["memory_per_node_mib"] = round(memory["per_node_bytes"] / 2**20, 2)
