@@ -729,45 +729,57 @@ if AVAILABLE:
     # C1 + (C2 + (... + Cj)), each C a complete pairwise tree: the levels give that
     # shape (a node at level L covers [i 2^L, min((i+1) 2^L, n))).
 
-    @_function
-    def _tree_levels(row, start, n, buf):
-        # the tree of row[start:start+n] (n >= 1) level by level, alternating between
-        # the two rows of buf (each >= n/2 + 1 float64): loops that read one array and
-        # write another, indexed from 0, are the ones LLVM vectorizes
-        src = row[start:start + n]
-        if n == 1:
-            return np.float64(src[0])
-        half = n // 2
+    @_scalar
+    def _complete_block(src, start, buf, size):
+        # the complete subtree of src[start:start+size], size a power of two known when
+        # compiling (the kernels pass literals): no odd carries, trip counts LLVM can
+        # unroll and vectorize; in place (level[i] is written after 2i and 2i+1 are read)
+        part = src[start:start + size]
         level = buf[0]
-        for i in range(half):
-            level[i] = np.float64(src[2 * i]) + np.float64(src[2 * i + 1])
-        if n % 2:
-            level[half] = np.float64(src[n - 1])
-        n -= half
-        other = buf[1]
+        for i in range(size // 2):
+            level[i] = np.float64(part[2 * i]) + np.float64(part[2 * i + 1])
+        n = size // 2
         while n > 1:
-            half = n // 2
-            for i in range(half):
-                other[i] = level[2 * i] + level[2 * i + 1]
-            if n % 2:
-                other[half] = level[n - 1]
-            n -= half
-            level, other = other, level
+            n //= 2
+            for i in range(n):
+                level[i] = level[2 * i] + level[2 * i + 1]
         return level[0]
+
+    @_scalar
+    def _padded_tree(row, start, n, buf):
+        # the tree of row[start:start+n], 1 <= n <= _BLOCK, as the complete subtree of
+        # 16, 64 or _BLOCK slots with -0.0 after the elements: x + (-0.0) is x for
+        # every x (also +-0, inf, NaN), so a pad adds exactly what a carry keeps
+        pad = buf[1]
+        src = row[start:start + n]
+        for i in range(n):
+            pad[i] = np.float64(src[i])
+        if n <= 16:
+            pad[n:16] = -0.0
+            return _complete_block(pad, 0, buf, 16)
+        if n <= 64:
+            pad[n:64] = -0.0
+            return _complete_block(pad, 0, buf, 64)
+        pad[n:_BLOCK] = -0.0
+        return _complete_block(pad, 0, buf, _BLOCK)
 
     @_function
     def tree_row(row, start, n, buf, stack):
-        """The tree of row[start:start+n] in float64: complete blocks joined by a binary counter."""
+        """The tree of row[start:start+n] in float64 (buf: (2, _BLOCK) float64 scratch).
+
+        Complete blocks of _BLOCK elements join by a binary counter: after j blocks,
+        stack[L] holds the complete subtree of 2^L blocks for each bit L set in j, and
+        a new block merges with them (left + right) while the bits are set; the rest
+        of the row is one more subtree, and the stack folds onto it from the right.
+        """
         if n == 0:
             return 0.0
         blocks = n // _BLOCK
-        if blocks == 0:
-            return _tree_levels(row, start, n, buf)
         for j in range(blocks):
-            s = _tree_levels(row, start + j * _BLOCK, _BLOCK, buf)
+            s = _complete_block(row, start + j * _BLOCK, buf, _BLOCK)
             level = 0
             done = j
-            while done & 1:  # j blocks before this one: merge equal complete subtrees
+            while done & 1:
                 s = stack[level] + s
                 done >>= 1
                 level += 1
@@ -776,7 +788,7 @@ if AVAILABLE:
         have = rest > 0
         acc = 0.0
         if have:
-            acc = _tree_levels(row, start + blocks * _BLOCK, rest, buf)
+            acc = _padded_tree(row, start + blocks * _BLOCK, rest, buf)
         level = 0
         while blocks:
             if blocks & 1:
@@ -789,7 +801,7 @@ if AVAILABLE:
     @_function
     def _tree_rows_span(a, out, first, stop):
         n = a.shape[1]
-        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
+        buf = np.empty((2, _BLOCK), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             out[r] = tree_row(a[r], 0, n, buf, stack)
@@ -809,7 +821,7 @@ if AVAILABLE:
         for q in prange(rows * count):
             r = q // count
             p = q % count
-            buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
+            buf = np.empty((2, _BLOCK), np.float64)
             stack = np.empty(_STACK, np.float64)
             start = p * _PIECE
             pieces[r, p] = tree_row(a[r], start, min(_PIECE, n - start), buf, stack)
@@ -889,7 +901,7 @@ if AVAILABLE:
     def _softmax_span(x, out, first, stop):
         n = x.shape[1]
         e = np.empty(n, np.float64)
-        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
+        buf = np.empty((2, _BLOCK), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -912,7 +924,7 @@ if AVAILABLE:
     def _log_softmax_span(x, out, first, stop):
         n = x.shape[1]
         e = np.empty(n, np.float64)
-        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
+        buf = np.empty((2, _BLOCK), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -935,7 +947,7 @@ if AVAILABLE:
     def _softmax_grad_span(g, y, out, first, stop):
         n = g.shape[1]
         prod = np.empty(n, np.float64)
-        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
+        buf = np.empty((2, _BLOCK), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             gr = g[r]
@@ -957,7 +969,7 @@ if AVAILABLE:
     @_function
     def _log_softmax_grad_span(g, y, out, first, stop):
         n = g.shape[1]
-        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
+        buf = np.empty((2, _BLOCK), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             gr = g[r]
@@ -979,7 +991,7 @@ if AVAILABLE:
         n = x.shape[1]
         d = np.empty(n, np.float64)
         sq = np.empty(n, np.float64)
-        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
+        buf = np.empty((2, _BLOCK), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -1006,7 +1018,7 @@ if AVAILABLE:
         xhat = np.empty(n, np.float64)
         gg = np.empty(n, np.float64)
         tmp = np.empty(n, np.float64)
-        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
+        buf = np.empty((2, _BLOCK), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -1038,7 +1050,7 @@ if AVAILABLE:
     def _layer_norm_xhat_g_span(g, x, eps, out, first, stop):
         n = x.shape[1]
         sq = np.empty(n, np.float64)
-        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
+        buf = np.empty((2, _BLOCK), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -1064,7 +1076,7 @@ if AVAILABLE:
     def _cross_entropy_span(x, targets, picked, first, stop):
         n = x.shape[1]
         e = np.empty(n, np.float64)
-        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
+        buf = np.empty((2, _BLOCK), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]
@@ -1085,7 +1097,7 @@ if AVAILABLE:
     def _cross_entropy_grad_span(x, targets, scale, out, first, stop):
         n = x.shape[1]
         e = np.empty(n, np.float64)
-        buf = np.empty((2, _BLOCK // 2 + 1), np.float64)
+        buf = np.empty((2, _BLOCK), np.float64)
         stack = np.empty(_STACK, np.float64)
         for r in range(first, stop):
             row = x[r]

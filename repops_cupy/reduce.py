@@ -53,6 +53,7 @@ from .registry import Attr
 # axes are moved first so every level adds long contiguous rows.
 _FEW_ROWS = 16
 _LONG_ROW = 64
+_SHORT_ROW = 16  # compiled path: rows this short are summed as columns of the transpose
 
 
 def normalize_axes(op: str, ndim: int, axis: int | Iterable[int]) -> tuple[int, ...]:
@@ -176,9 +177,11 @@ def _tree_sum_any(xp: Any, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any
     trailing = list(axes) == list(range(len(shape) - len(axes), len(shape)))
     if _kernels.enabled(xp):
         # compiled trees (same tree): read the reduced axes in place where they are
-        # trailing or leading, so that no transposed copy is made
+        # trailing or leading, so that no transposed copy is made, except many short
+        # rows, which the tree over the first axis sums many at a time
         leading = list(axes) == list(range(len(axes)))
-        if trailing or (not leading and rows < _FEW_ROWS):
+        short_rows = n <= _SHORT_ROW and rows >= _FEW_ROWS
+        if (trailing and not short_rows) or (not trailing and not leading and rows < _FEW_ROWS):
             total = _kernels.tree_last(x.transpose(kept + list(axes)).reshape(rows, n))
         else:
             total = _kernels.tree_first(x.transpose(list(axes) + kept).reshape(n, rows))
