@@ -57,8 +57,8 @@ def _same_bits(a, b) -> bool:
 def _cases(quick: bool):
     import torch
 
-    from . import elementwise, nn, reduce, transcendental  # noqa: F401 - fills the registry
-    from .registry import run
+    from repops_cupy import elementwise, nn, reduce, transcendental  # noqa: F401 - fills the registry
+    from repops_cupy.registry import run
 
     rng = np.random.default_rng(0)
     sizes = (10**6,) if quick else (10**6, 10**7)
