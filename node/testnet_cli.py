@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LAUNCH = 0, 1, 2, 3
+# A sweep runs many jobs in one process; a few at a time keep its event loop responsive.
+SWEEP_MAX_RUNNING = 6
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-within", type=float, default=d.accept_within, help="seconds for providers to take a job")
     p.add_argument("--commit-within", type=float, default=d.commit_within, help="seconds to train and commit")
     p.add_argument("--challenge-within", type=float, default=d.challenge_within, help="seconds for challenges")
+    p.add_argument("--max-running", type=int, default=None,
+                   help="jobs under way at once (default: all in a run, 6 in a sweep)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--in-process", dest="mode", action="store_const", const="in-process",
                       help="every node a task of this process (real libp2p on loopback)")
@@ -93,7 +97,8 @@ def testnet_main(argv: list[str]) -> int:
             replicas=args.replicas, seed=args.seed, steps=args.steps, checkpoint_every=args.checkpoint_every,
             job_file=args.job.resolve(), strategies=strategies or (SWEEP_STRATEGIES if args.sweep else ()),
             capacity=args.capacity, accept_within=args.accept_within, commit_within=args.commit_within,
-            challenge_within=args.challenge_within)
+            challenge_within=args.challenge_within,
+            max_running=args.max_running if args.max_running is not None else (SWEEP_MAX_RUNNING if args.sweep else 0))
         if args.sweep and (len(rates) < 1 or not all(0 < r <= 1 for r in rates)):
             raise ValueError("--rates: audit rates in (0, 1]")
         if args.sweep and args.auditors < 1:

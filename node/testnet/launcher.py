@@ -47,6 +47,9 @@ PEER_RECORD_OFF = 1e9  # seconds
 REFEREE_RECEIVED = ("open", "recv")  # log entries of a referee session that carry a party's move
 # Every job names the providers it is offered to, so adverts only keep clients' lists fresh: few suffice.
 ADVERT_INTERVAL = 5.0
+# Many nodes share few cores (in-process: one event loop); a GossipSub heartbeat every 5 s instead of 1 s keeps
+# the mesh's upkeep small. Messages still go out as they are published.
+GOSSIP_HEARTBEAT = 5.0
 LAG_PROBE = 0.1  # seconds
 MAX_CHAIN_LEAD = 5.0  # seconds the chain's clock may run ahead before the next job is submitted
 
@@ -87,7 +90,7 @@ def node_settings(node: NodePlan, options: TestnetOptions, *, chain: str, listen
     values: dict[str, Any] = {
         "roles": [node.role], "chain": chain, "listen": listen, "bootstrap": bootstrap, "stake": options.stake,
         "capacity": options.capacity, "advert_interval": ADVERT_INTERVAL, "metrics_listen": "", "log_file": log_file,
-        "device": "cpu",
+        "device": "cpu", "gossip_heartbeat": GOSSIP_HEARTBEAT,
     }
     if node.cheat:
         values["cheat"] = node.cheat
@@ -203,6 +206,8 @@ class Network:
         self._binding = open_binding_sync(config, node_seed(self.options.seed, OBSERVER))
         self._binding.ensure_funds_sync(0)  # the embedded EVM refuses even a read from an account that cannot pay gas
         self._settlement = self._binding.settlement
+        # The process's embedded chain outlives a run (a sweep runs several): this run's story starts now.
+        self.ledger.last_block = self._binding.chain.block_number()
 
     async def poll_chain(self) -> int:
         binding = self._binding
@@ -335,10 +340,12 @@ class Network:
         self.phase = "running jobs"
         self.timings["jobs_started_at"] = self.now()
         stagger = min(1.0, self.options.accept_within / max(4, len(self.plan.jobs)))
+        limit = self.options.max_running or len(self.plan.jobs)
         with trio.move_on_after(deadline):
             async with trio.open_nursery() as nursery:
                 for job in self.plan.jobs:
-                    while await self.chain_clock_lead() > MAX_CHAIN_LEAD:
+                    while await self.chain_clock_lead() > MAX_CHAIN_LEAD or \
+                            sum(sub.done_at is None for sub in self.submissions) >= limit:
                         await trio.sleep(1.0)
                     sub = Submission(job.index, job.client, str(job.job_file), self.now())
                     self.submissions.append(sub)

@@ -53,6 +53,7 @@ class TestnetOptions:
     challenge_within: float = 30.0
     move_timeout: float = 20.0        # a dispute move; clock: a party's whole budget in one dispute
     clock: float = 60.0
+    max_running: int = 0              # jobs under way at once (0: no limit); the next waits for a slot
 
     def __post_init__(self) -> None:
         checks = [
@@ -66,6 +67,7 @@ class TestnetOptions:
             (1 <= self.replicas <= self.nodes, "--replicas: between 1 and --nodes"),
             (self.steps >= 1 and self.checkpoint_every >= 1, "--steps and --checkpoint-every: positive"),
             (self.capacity >= 1, "--capacity: at least one job"),
+            (self.max_running >= 0, "--max-running: not negative"),
             (min(self.accept_within, self.commit_within, self.challenge_within, self.move_timeout, self.clock) > 0,
              "job windows and dispute clocks: positive"),
         ]

@@ -32,6 +32,7 @@ from .truth import honest_run, replay_run
 log = logging.getLogger(__name__)
 
 IN_PROCESS, PROCESSES = "in-process", "processes"
+SWEEP_SEED_STRIDE = 1000
 
 
 def observe(records: RunRecords, *, progress: Any = None) -> Observed:
@@ -140,17 +141,17 @@ def run_sweep(options: TestnetOptions, out: Path, *, rates: tuple[float, ...], m
     out = Path(out)
     prepare_out_dir(out)
     reports = []
-    for rate in rates:
+    for i, rate in enumerate(rates):
         run_out = out / f"rate-{rate:g}"
+        # its own seed: new accounts and jobs, since every run of the sweep shares this process's embedded chain
+        run_options = dataclasses.replace(options, audit_rate=rate, seed=options.seed + SWEEP_SEED_STRIDE * i)
         display = display_factory() if display_factory else None
         if display:
             print(f"--- audit rate {rate:g} ---", flush=True)
             with display:
-                report = run_testnet(dataclasses.replace(options, audit_rate=rate), run_out, mode=mode, chain=chain,
-                                     display=display, command=command)
+                report = run_testnet(run_options, run_out, mode=mode, chain=chain, display=display, command=command)
         else:
-            report = run_testnet(dataclasses.replace(options, audit_rate=rate), run_out, mode=mode, chain=chain,
-                                 command=command)
+            report = run_testnet(run_options, run_out, mode=mode, chain=chain, command=command)
         reports.append(report)
     combined = combine(reports, config=config_of(options, mode=mode, chain=chain, command=command) |
                        {"sweep_rates": list(rates)})

@@ -43,7 +43,7 @@ def test_strategies_can_be_chosen(tmp_path):
 
 
 @pytest.mark.parametrize("bad", [dict(cheaters=7), dict(audit_rate=1.5), dict(replicas=0), dict(clients=0),
-                                 dict(steps=0)])
+                                 dict(steps=0), dict(max_running=-1), dict(commit_within=0)])
 def test_impossible_options_are_refused(bad):
     with pytest.raises(ValueError):
         TestnetOptions(nodes=6, **bad)
