@@ -485,6 +485,36 @@ if AVAILABLE:
             count += _in_tail(part[i], scale, limit)
         return count
 
+    @_scalar
+    def _all_lanes(part, values):
+        for i in range(part.shape[0]):
+            values[i] = part[i]
+
+    @_scalar
+    def _store(values, into):
+        for i in range(into.shape[0]):
+            into[i] = values[i]
+
+    @_scalar
+    def _gather(part, lanes, count, values):
+        for j in range(count):
+            values[j] = part[lanes[j]]
+
+    @_scalar
+    def _scatter(values, lanes, count, into):
+        for j in range(count):
+            into[lanes[j]] = values[j]
+
+    @_function
+    def _erf_full(values, count):
+        for j in range(count):
+            values[j] = erf_scalar(values[j], True)
+
+    @_function
+    def _erfc_full(values, count):
+        for j in range(count):
+            values[j] = erfc_scalar(values[j], True)
+
     @_function
     def _erf_span(x, out, start, stop):
         src = x[start:stop]
@@ -496,17 +526,15 @@ if AVAILABLE:
             into = dst[b:b + _LANES]
             count = _tail_lanes(part, 1.0, T.ERF_BIG, lanes)
             if 4 * count > part.shape[0]:  # mostly tail: every lane in full is cheaper
-                for i in range(part.shape[0]):
-                    into[i] = erf_scalar(np.float64(part[i]), True)
+                _all_lanes(part, values)
+                _erf_full(values, part.shape[0])
+                _store(values, into)
                 continue
             for i in range(part.shape[0]):
                 into[i] = erf_scalar(np.float64(part[i]), False)
-            for j in range(count):
-                values[j] = part[lanes[j]]
-            for j in range(count):
-                values[j] = erf_scalar(values[j], True)
-            for j in range(count):
-                into[lanes[j]] = values[j]
+            _gather(part, lanes, count, values)
+            _erf_full(values, count)
+            _scatter(values, lanes, count, into)
 
     @_function
     def _erfc_span(x, out, start, stop):
@@ -518,18 +546,16 @@ if AVAILABLE:
             part = src[b:b + _LANES]
             into = dst[b:b + _LANES]
             count = _tail_lanes(part, 1.0, T.ERFC_BIG, lanes)
-            if 4 * count > part.shape[0]:  # mostly tail: every lane in full is cheaper
-                for i in range(part.shape[0]):
-                    into[i] = erfc_scalar(np.float64(part[i]), True)
+            if 4 * count > part.shape[0]:
+                _all_lanes(part, values)
+                _erfc_full(values, part.shape[0])
+                _store(values, into)
                 continue
             for i in range(part.shape[0]):
                 into[i] = erfc_scalar(np.float64(part[i]), False)
-            for j in range(count):
-                values[j] = part[lanes[j]]
-            for j in range(count):
-                values[j] = erfc_scalar(values[j], True)
-            for j in range(count):
-                into[lanes[j]] = values[j]
+            _gather(part, lanes, count, values)
+            _erfc_full(values, count)
+            _scatter(values, lanes, count, into)
 
     @_function
     def _sigmoid_span(x, out, start, stop):
@@ -642,6 +668,16 @@ if AVAILABLE:
             dst[i] = _gelu_tanh(np.float64(src[i]), c)
 
     @_function
+    def _gelu_erf_full(values, count, c):
+        for j in range(count):
+            values[j] = _gelu_erf(values[j], c, True)
+
+    @_function
+    def _gelu_erf_slope_full(values, count, c):
+        for j in range(count):
+            values[j] = _gelu_erf_slope(values[j], c, True)
+
+    @_function
     def _gelu_erf_span(x, out, c, start, stop):
         # as _erfc_span: the lanes whose erfc argument lies in the tail are done again in full
         src = x[start:stop]
@@ -652,18 +688,16 @@ if AVAILABLE:
             part = src[b:b + _LANES]
             into = dst[b:b + _LANES]
             count = _tail_lanes(part, -c[0], T.ERFC_BIG, lanes)
-            if 4 * count > part.shape[0]:  # mostly tail: every lane in full is cheaper
-                for i in range(part.shape[0]):
-                    into[i] = _gelu_erf(np.float64(part[i]), c, True)
+            if 4 * count > part.shape[0]:
+                _all_lanes(part, values)
+                _gelu_erf_full(values, part.shape[0], c)
+                _store(values, into)
                 continue
             for i in range(part.shape[0]):
                 into[i] = _gelu_erf(np.float64(part[i]), c, False)
-            for j in range(count):
-                values[j] = part[lanes[j]]
-            for j in range(count):
-                values[j] = _gelu_erf(values[j], c, True)
-            for j in range(count):
-                into[lanes[j]] = values[j]
+            _gather(part, lanes, count, values)
+            _gelu_erf_full(values, count, c)
+            _scatter(values, lanes, count, into)
 
     @_function
     def _gelu_grad_tanh_span(g, x, out, c, start, stop):
@@ -675,7 +709,7 @@ if AVAILABLE:
 
     @_function
     def _gelu_grad_erf_span(g, x, out, c, start, stop):
-        # as _gelu_erf_span
+        # as _gelu_erf_span; the slope is multiplied by g after
         grad = g[start:stop]
         src = x[start:stop]
         dst = out[start:stop]
@@ -686,16 +720,16 @@ if AVAILABLE:
             part_g = grad[b:b + _LANES]
             into = dst[b:b + _LANES]
             count = _tail_lanes(part, -c[0], T.ERFC_BIG, lanes)
-            if 4 * count > part.shape[0]:  # mostly tail: every lane in full is cheaper
+            if 4 * count > part.shape[0]:
+                _all_lanes(part, values)
+                _gelu_erf_slope_full(values, part.shape[0], c)
                 for i in range(part.shape[0]):
-                    into[i] = np.float64(part_g[i]) * _gelu_erf_slope(np.float64(part[i]), c, True)
+                    into[i] = np.float64(part_g[i]) * values[i]
                 continue
             for i in range(part.shape[0]):
                 into[i] = np.float64(part_g[i]) * _gelu_erf_slope(np.float64(part[i]), c, False)
-            for j in range(count):
-                values[j] = part[lanes[j]]
-            for j in range(count):
-                values[j] = _gelu_erf_slope(values[j], c, True)
+            _gather(part, lanes, count, values)
+            _gelu_erf_slope_full(values, count, c)
             for j in range(count):
                 into[lanes[j]] = np.float64(part_g[lanes[j]]) * values[j]
 

@@ -17,25 +17,25 @@ single timings move by up to 2x between runs, the ratios much less.
 
 | case | array path | compiled | plain float32 | array/plain | compiled/plain | array/compiled |
 |---|---|---|---|---|---|---|
-| exp 1e+06 | 18.4 ms | 1.40 ms | 0.54 ms (np.exp) | 33.9x | 2.58x | 13.1x |
-| log 1e+06 | 20.4 ms | 1.16 ms | 0.49 ms (np.log) | 41.9x | 2.39x | 17.6x |
-| tanh 1e+06 | 66.8 ms | 5.27 ms | 0.28 ms (np.tanh) | 241.3x | 19.03x | 12.7x |
-| erf 1e+06 | 81.9 ms | 6.16 ms | 1.69 ms (torch.special.erf, NumPy has none) | 48.3x | 3.64x | 13.3x |
-| sigmoid 1e+06 | 13.8 ms | 1.27 ms | 0.80 ms (NumPy 1/(1+exp(-x))) | 17.2x | 1.59x | 10.8x |
-| exp 1e+07 | 177.8 ms | 17.00 ms | 9.19 ms (np.exp) | 19.3x | 1.85x | 10.5x |
-| log 1e+07 | 200.2 ms | 14.26 ms | 8.17 ms (np.log) | 24.5x | 1.75x | 14.0x |
-| tanh 1e+07 | 706.3 ms | 52.21 ms | 6.61 ms (np.tanh) | 106.9x | 7.90x | 13.5x |
-| erf 1e+07 | 921.6 ms | 61.98 ms | 37.59 ms (torch.special.erf, NumPy has none) | 24.5x | 1.65x | 14.9x |
-| sigmoid 1e+07 | 183.9 ms | 22.93 ms | 25.73 ms (NumPy 1/(1+exp(-x))) | 7.1x | 0.89x | 8.0x |
-| sum all 1e7 | 18.7 ms | 4.20 ms | 3.01 ms (np.sum) | 6.2x | 1.40x | 4.4x |
-| sum rows (1e4, 1e3) axis 1 | 17.9 ms | 7.39 ms | 2.97 ms (np.sum) | 6.0x | 2.49x | 2.4x |
-| sum cols (1e4, 1e3) axis 0 | 13.3 ms | 5.80 ms | 1.77 ms (np.sum) | 7.5x | 3.28x | 2.3x |
-| gelu tanh (2048, 3072) | 560.6 ms | 31.75 ms | 20.78 ms (torch f32) | 27.0x | 1.53x | 17.7x |
-| gelu_grad tanh (2048, 3072) | 907.2 ms | 33.24 ms | 23.01 ms (torch f32) | 39.4x | 1.44x | 27.3x |
-| gelu none (2048, 3072) | 619.1 ms | 26.35 ms | 3.90 ms (torch f32) | 158.9x | 6.76x | 23.5x |
-| gelu_grad none (2048, 3072) | 909.2 ms | 40.75 ms | 5.60 ms (torch f32) | 162.4x | 7.28x | 22.3x |
-| softmax (8192, 768) | 106.3 ms | 17.06 ms | 15.21 ms (NumPy f32) | 7.0x | 1.12x | 6.2x |
-| layer_norm (8192, 768) | 48.3 ms | 10.39 ms | 21.64 ms (NumPy f32) | 2.2x | 0.48x | 4.6x |
+| exp 1e+06 | 13.6 ms | 1.19 ms | 0.42 ms (np.exp) | 32.1x | 2.81x | 11.4x |
+| log 1e+06 | 14.4 ms | 1.02 ms | 0.33 ms (np.log) | 43.9x | 3.12x | 14.1x |
+| tanh 1e+06 | 54.4 ms | 4.88 ms | 0.27 ms (np.tanh) | 204.9x | 18.40x | 11.1x |
+| erf 1e+06 | 73.8 ms | 5.65 ms | 1.52 ms (torch.special.erf, NumPy has none) | 48.6x | 3.72x | 13.1x |
+| sigmoid 1e+06 | 12.8 ms | 1.19 ms | 0.75 ms (NumPy 1/(1+exp(-x))) | 17.0x | 1.57x | 10.8x |
+| exp 1e+07 | 121.6 ms | 13.25 ms | 6.74 ms (np.exp) | 18.0x | 1.97x | 9.2x |
+| log 1e+07 | 137.3 ms | 12.14 ms | 5.73 ms (np.log) | 24.0x | 2.12x | 11.3x |
+| tanh 1e+07 | 525.0 ms | 43.48 ms | 5.45 ms (np.tanh) | 96.4x | 7.98x | 12.1x |
+| erf 1e+07 | 742.1 ms | 58.59 ms | 39.13 ms (torch.special.erf, NumPy has none) | 19.0x | 1.50x | 12.7x |
+| sigmoid 1e+07 | 138.3 ms | 14.69 ms | 21.91 ms (NumPy 1/(1+exp(-x))) | 6.3x | 0.67x | 9.4x |
+| sum all 1e7 | 11.1 ms | 1.94 ms | 2.20 ms (np.sum) | 5.1x | 0.89x | 5.7x |
+| sum rows (1e4, 1e3) axis 1 | 10.9 ms | 3.36 ms | 2.46 ms (np.sum) | 4.4x | 1.37x | 3.3x |
+| sum cols (1e4, 1e3) axis 0 | 13.2 ms | 6.83 ms | 2.29 ms (np.sum) | 5.8x | 2.98x | 1.9x |
+| gelu tanh (2048, 3072) | 617.9 ms | 46.25 ms | 22.80 ms (torch f32) | 27.1x | 2.03x | 13.4x |
+| gelu_grad tanh (2048, 3072) | 1008.2 ms | 31.15 ms | 9.96 ms (torch f32) | 101.2x | 3.13x | 32.4x |
+| gelu none (2048, 3072) | 592.5 ms | 22.12 ms | 3.92 ms (torch f32) | 151.3x | 5.65x | 26.8x |
+| gelu_grad none (2048, 3072) | 929.6 ms | 33.29 ms | 6.49 ms (torch f32) | 143.2x | 5.13x | 27.9x |
+| softmax (8192, 768) | 104.9 ms | 15.59 ms | 15.49 ms (NumPy f32) | 6.8x | 1.01x | 6.7x |
+| layer_norm (8192, 768) | 44.3 ms | 7.67 ms | 20.05 ms (NumPy f32) | 2.2x | 0.38x | 5.8x |
 
 All of these are NumPy arrays; CuPy arrays keep the array code. numba compiles the
 kernels on first use and caches them on disk (keyed also by the constants of
