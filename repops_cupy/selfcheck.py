@@ -42,6 +42,8 @@ CONFIGS = (
     Config("Fortran", {"OPENBLAS_NUM_THREADS": "1"}, order="F"),
     Config("numpy-f64-gemm", {"OPENBLAS_NUM_THREADS": "2", GEMM_ENGINE_ENV: "float64"}),
     Config("torch-f64-gemm", {"OMP_NUM_THREADS": "2", GEMM_ENGINE_ENV: "torch"}),
+    # the array code is the specification; the compiled CPU kernels must match it
+    Config("array-code", {"OPENBLAS_NUM_THREADS": "1", "REPOPS_CPU_KERNELS": "0"}),
 )
 
 
