@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 START_TIMEOUT = 120.0   # seconds for every node to write its api file (imports take seconds each)
 STOP_TIMEOUT = 20.0
 MEMORY_SAMPLE = 2.0
+CHILD = (sys.executable, "-m", "node.testnet.child")  # `gavel`, as a testnet runs its nodes
+# Every node's account is funded up front from the chain's unlocked accounts (in turn): the nodes' own
+# top-ups all draw on the first one, which runs dry after ten, and race each other doing it.
+FUNDING_ETHER = 200
 
 
 def free_ports(count: int) -> list[int]:
@@ -114,6 +118,7 @@ class ProcessNetwork(Network):
         addresses = {n.name: self._address(n, p) for n, p in zip(staked, ports)}
         links = bootstrap_links(len(staked), self.options.seed)
         env = child_env()
+        await trio.to_thread.run_sync(self._fund_accounts)
         for i, (node, port) in enumerate(zip(staked, ports)):
             values = node_settings(node, self.options, chain=url, listen=f"/ip4/127.0.0.1/tcp/{port}",
                                    bootstrap=[addresses[staked[j].name] for j in links[i]], log_file="node.log")
@@ -128,7 +133,7 @@ class ProcessNetwork(Network):
             for node in staked:
                 out = open(self.node_dir(node.name) / "process.log", "ab")
                 self.processes[node.name] = subprocess.Popen(
-                    [sys.executable, "-m", "node", "node", "start", "--data-dir", str(self.node_dir(node.name))],
+                    [*CHILD, "node", "start", "--data-dir", str(self.node_dir(node.name))],
                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
                 self.infos[node.name].pid = self.processes[node.name].pid
                 out.close()
@@ -158,6 +163,19 @@ class ProcessNetwork(Network):
         records.mismatches = mismatches
         return records
 
+    def _fund_accounts(self) -> None:
+        """Give every node's account ether for its stake, jobs and gas (blocking)."""
+        from ..roles.chain import ETHER
+
+        chain = self._binding.chain
+        keyed = getattr(chain, "_keys", {})
+        funders = [a for a in chain.accounts if a not in keyed]
+        if not funders:
+            return  # not a dev chain: the nodes' operators fund them
+        for i, info in enumerate(self.infos.values()):
+            if chain.balance(info.account) < FUNDING_ETHER * ETHER // 2:
+                chain.transact(funders[i % len(funders)], info.account, b"", value=FUNDING_ETHER * ETHER, gas=21_000)
+
     async def _wait_started(self, timeout: float) -> None:
         from ..datadir import read_api
         from ..config import make_config
@@ -180,7 +198,7 @@ class ProcessNetwork(Network):
         o = self.options
         name = self.client_dirs[job.index]
         bootstrap = addresses[job.providers[0]]
-        command = [sys.executable, "-m", "node", "submit", sub.job_file, "--data-dir", str(self.node_dir(name)),
+        command = [*CHILD, "submit", sub.job_file, "--data-dir", str(self.node_dir(name)),
                    "--bootstrap", bootstrap, "--providers", str(o.replicas), "--price", "1", "--stake", "1",
                    "--accept-within", str(o.accept_within), "--commit-within", str(o.commit_within),
                    "--challenge-within", str(o.challenge_within), "--move-timeout", str(o.move_timeout),
