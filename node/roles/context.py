@@ -28,7 +28,7 @@ from protocol import (
     Verdict, decode_envelope,
 )
 
-from ..errors import BadMessage, LocalError, PeerError
+from ..errors import BadMessage, LocalError, PeerError, PeerUnreachable
 from ..framing import pack, unpack
 from ..host import GossipMessage, peer_id_of_key, public_key_of
 from ..storage import Job
@@ -212,8 +212,6 @@ class RoleContext:
                 errors.append(str(error))
         if not addrs:
             await trio.lowlevel.checkpoint()
-        from ..errors import PeerUnreachable
-
         raise PeerUnreachable(f"no address of {peer} answers: {'; '.join(errors) or 'none known'}", peer=peer)
 
     @staticmethod

@@ -65,9 +65,12 @@ class NodeProcess:
 
 
 def rows(data_dir: Path, sql: str, *args) -> list[tuple]:
-    db = sqlite3.connect(data_dir / "gavel.db", timeout=10)
+    """Rows of a running node's database; none while the node is still creating its schema."""
+    db = sqlite3.connect(f"file:{data_dir / 'gavel.db'}?mode=ro", uri=True, timeout=10)
     try:
         return db.execute(sql, args).fetchall()
+    except sqlite3.OperationalError:
+        return []
     finally:
         db.close()
 
