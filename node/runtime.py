@@ -20,6 +20,7 @@ from typing import Awaitable, Callable
 
 import trio
 from libp2p.exceptions import BaseLibp2pError
+from libp2p.peer.peerstore import PeerStoreError
 
 from .blobs import BlobService, BlobStore
 from .config import Config
@@ -123,7 +124,7 @@ class Node:
             for peer in self.host.connected_peers():
                 try:
                     addrs = [str(a) for a in peerstore.addrs(peer)]
-                except BaseLibp2pError:  # connected inbound, listen address not yet known
+                except (BaseLibp2pError, PeerStoreError):  # connected inbound, listen address not yet known
                     addrs = []
                 await storage.run(storage.peer_seen, str(peer), addrs)
             for state, n in (await storage.run(storage.count_jobs_by_state)).items():

@@ -142,3 +142,18 @@ async def test_a_client_restarted_mid_dispute_resumes_refereeing_it(tmp_path):
         assert [(f["party"], f["reason"]) for f in verdict["faults"]] == [(staller_key, "timeout")]
         assert verdict["recorded"] and result["providers"][staller_key]["outcome"] == "slashed"
         nursery.cancel_scope.cancel()
+
+
+@trio_test(timeout=30)
+async def test_the_peers_table_keeps_a_peer_whose_addresses_the_node_does_not_know(tmp_path):
+    # A client that dialled a provider is, to the provider, a peer connected inbound only:
+    # libp2p's peerstore raises a KeyError for its addresses, which must not stop the node.
+    from libp2p.peer.id import ID
+
+    async with trio.open_nursery() as nursery:
+        node = await start_node(nursery, tmp_path / "node", [])
+        inbound_only = ID.from_base58("12D3KooWQ5RJasdPQmmAVe4KjgLEu9RuCQG7NLaaSQaFf3QF4zn6")
+        node.host.connected_peers = lambda: [inbound_only]
+        await wait_for(lambda: node.storage.get_peer(str(inbound_only)) is not None, timeout=10)
+        assert node.storage.get_peer(str(inbound_only)).addrs == []
+        nursery.cancel_scope.cancel()

@@ -46,6 +46,7 @@ async def start_node(nursery: trio.Nursery, directory: Path, roles: list[str], *
     values = {"roles": roles, "metrics_listen": "", "advert_interval": 0.5, **settings}
     config = init_datadir(directory, values)
     node = Node(config, load_seed(config))
+    node.record_interval = 0.2  # the peers table is kept through inbound-only peers too
     await nursery.start(node.run)
     return node
 
