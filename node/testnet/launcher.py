@@ -6,8 +6,8 @@ settlement contract:
 
 - in-process: every node a task of one trio process, all on the process's embedded
   EVM (or on anvil with ``--chain anvil``): many nodes, little memory;
-- processes: every node its own ``gavel node start`` process, on one anvil chain; the
-  testnet submits jobs to its client nodes with ``gavel submit``.
+- processes (`processes.ProcessNetwork`): every node its own ``gavel node start``
+  process, on one anvil chain; each job goes in through its own ``gavel submit``.
 
 Either way the testnet itself only watches: a poller reads the contract's events into
 a `Ledger`, and when the jobs are over it reads the nodes' own rows (the auditors'
@@ -18,7 +18,6 @@ so the graph is connected with a few links per node and no hub.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random

@@ -19,7 +19,6 @@ import signal
 import socket
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import trio
