@@ -141,18 +141,39 @@ class EmbeddedChain(Chain):
     """An in-process EVM (eth-tester + py-evm) with ten funded, unlocked test accounts.
 
     State is in memory only: it ends with this object. ``snapshot``/``revert`` are cheap.
+
+    With ``follow_wall_clock`` its clock keeps ticking like anvil's: time is the wall clock
+    plus every jump made by ``mine(timestamp)``, ``now()`` reads it and the next block
+    carries it (or one second after its parent, if later). Without it (the default, exact
+    for tests that model time), each block is one second after its parent once the chain
+    is ahead of the wall clock, so a chain moved ahead stands still while nothing is sent.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, follow_wall_clock: bool = False) -> None:
         from eth_tester import EthereumTester, PyEVMBackend
 
         self.tester = EthereumTester(PyEVMBackend())
         self.accounts = [to_checksum_address(a) for a in self.tester.get_accounts()]
+        self.follow_wall_clock = follow_wall_clock
+        self._clock_offset = 0  # seconds of jumps ahead of the wall clock
+
+    def _wall_time(self) -> int:
+        return int(time.time()) + self._clock_offset
+
+    def _keep_time(self) -> None:
+        """With ``follow_wall_clock``: the pending block carries the chain's time."""
+        if not self.follow_wall_clock:
+            return
+        backend = self.tester.backend
+        header = backend.chain.header
+        if header.timestamp < self._wall_time():
+            backend.chain.header = header.copy(timestamp=self._wall_time())
 
     def transact(self, sender: str, to: str | None, data: bytes, *, value: int = 0, gas: int) -> Receipt:
         tx: dict[str, Any] = {"from": sender, "gas": gas, "value": value, "data": "0x" + data.hex()}
         if to is not None:
             tx["to"] = to
+        self._keep_time()
         tx_hash = self.tester.send_transaction(tx)
         raw = self.tester.get_transaction_receipt(tx_hash)
         receipt = Receipt(
@@ -214,18 +235,22 @@ class EmbeddedChain(Chain):
         return self.tester.get_balance(account)
 
     def now(self) -> int:
-        return self.tester.get_block_by_number("latest")["timestamp"]
+        latest = self.tester.get_block_by_number("latest")["timestamp"]
+        return max(latest, self._wall_time()) if self.follow_wall_clock else latest
 
     def block_number(self) -> int:
         return self.tester.get_block_by_number("latest")["number"]
 
     def mine(self, timestamp: int | None = None) -> None:
         if timestamp is None:
+            self._keep_time()
             self.tester.mine_blocks(1)
         else:
             # eth-tester's time_travel(t) mines a block at t - 1 and makes t the next one's time.
             if timestamp <= self.now():
                 raise ChainError(f"cannot mine at {timestamp}: latest block is at {self.now()}")
+            if self.follow_wall_clock:
+                self._clock_offset = max(self._clock_offset, timestamp - int(time.time()))
             self.tester.time_travel(timestamp + 1)
 
     def logs(self, address: str, from_block: int, to_block: int | None = None) -> list[Log]:

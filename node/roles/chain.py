@@ -99,7 +99,8 @@ def _embedded_chain() -> _Shared:
         if _embedded is None:
             from contracts import EmbeddedChain
 
-            _embedded = _Shared(EmbeddedChain(), threading.Lock())
+            # Its clock ticks with the wall clock even after a jump ahead (tests close windows that way).
+            _embedded = _Shared(EmbeddedChain(follow_wall_clock=True), threading.Lock())
         return _embedded
 
 

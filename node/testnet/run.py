@@ -127,9 +127,15 @@ def run_testnet(options: TestnetOptions, out: Path, *, mode: str = IN_PROCESS, c
                                    "truth_s": round(time.perf_counter() - truth_started, 2)},
                           scale=_scale(records, mode, len(plan.nodes), cpu))
     report["ledger_mismatches"] = records.mismatches
+    summary = report["summary"]
+    summary["jobs_planned"] = len(plan.jobs)
+    if len(records.submissions) < len(plan.jobs):
+        summary["ok"] = False
+        summary["failures"].append(f"{len(plan.jobs) - len(records.submissions)} of {len(plan.jobs)} planned "
+                                   "job(s) never submitted before the run's deadline")
     if records.mismatches:
-        report["summary"]["ok"] = False
-        report["summary"]["failures"].append(f"{len(records.mismatches)} ledger balance(s) differ from the contract")
+        summary["ok"] = False
+        summary["failures"].append(f"{len(records.mismatches)} ledger balance(s) differ from the contract")
     report["catch"] = catch_section([report])
     write_report(report, out)
     write_html(report, out)

@@ -8,6 +8,7 @@ import numba
 import pytest
 
 from node import testnet_cli
+from node.roles.chain import _embedded_chain
 from node.testnet.threads import THREAD_ENV
 
 pytestmark = pytest.mark.slow
@@ -27,6 +28,10 @@ def thread_limits_restored(monkeypatch):
 
 
 def test_a_small_in_process_testnet_catches_its_cheater_and_serves_every_client(tmp_path, capsys):
+    # Earlier tests in the process move the shared embedded chain's clock: an hour ahead must not stall the run.
+    shared = _embedded_chain()
+    with shared.lock:
+        shared.chain.mine(shared.chain.now() + 3600)
     out = tmp_path / "out"
     status = testnet_cli.testnet_main([
         "--nodes", "2", "--cheaters", "1", "--auditors", "1", "--clients", "1", "--jobs", "2",
@@ -40,7 +45,7 @@ def test_a_small_in_process_testnet_catches_its_cheater_and_serves_every_client(
     assert json.loads(summary_line) == summary
     assert status == testnet_cli.EXIT_OK and summary["ok"], summary["failures"]
     # one job each: the cheater's is audited in full, disputed, slashed and refunded
-    assert (summary["jobs"], summary["jobs_settled"], summary["cheats"]) == (2, 2, 1)
+    assert (summary["jobs_planned"], summary["jobs"], summary["jobs_settled"], summary["cheats"]) == (2, 2, 2, 1)
     assert summary["cheats_audited"] == summary["cheats_caught"] == 1 and summary["honest_slashed"] == 0
     assert summary["clients_served"] == 2 and summary["clients_refunded"] == 1
     (cheated,) = [j for j in report["jobs"] if any(not c["honest"] for c in j["commitments"])]
