@@ -21,18 +21,15 @@ as the shipped table (repops_cupy/roundlog/calibrated.py).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from repops_cupy.hashing import hash_tensor
 from repops_cupy.roundlog.job import Job, load_spec
-from repops_cupy.roundlog.npbackend import NumpyProducts
+from repops_cupy.roundlog.plain import PlainRun, plain_divergence
 from repops_cupy.roundlog.state import trace_root
 from repops_cupy.roundlog.thresholds import MARGIN, Thresholds
 from repops_cupy.roundlog.trainer import Auditor, RoundLogTrainer, calibrate
@@ -61,66 +58,6 @@ PUBLISHED_BITS_PER_VALUE = 1.6
 TABLE = ROOT / "repops_cupy/roundlog/calibrated.py"
 
 
-class PlainRun:
-    """Ordinary torch training of the same model and data (torch.optim, mean loss, gradient
-    accumulation over micro-batches); ``step(i)`` returns its time and a hash of the
-    parameters cast to float32."""
-
-    def __init__(self, job: Job, dtype: torch.dtype, threads: int | None = 1, backend: str = "torch",
-                 micro_batch: int | None = None):
-        self.job, self.dtype, self.threads, self.backend, self.micro_batch = job, dtype, threads, backend, micro_batch
-        self.model = job.model_factory()().to(dtype)
-        self.model.train()
-        o = job.optimizer
-        if o["name"] == "sgd":
-            self.opt = torch.optim.SGD(self.model.parameters(), lr=o["lr"], momentum=o["momentum"],
-                                       weight_decay=o["weight_decay"])
-        else:
-            self.opt = torch.optim.AdamW(self.model.parameters(), lr=o["lr"], betas=o["betas"], eps=o["eps"],
-                                         weight_decay=o["weight_decay"])
-
-    def step(self, i: int) -> tuple[float, bytes]:
-        x, y = self.job.data.batch(i)
-        x = x.to(self.dtype) if x.is_floating_point() else x
-        mb = self.micro_batch or x.shape[0]
-        old_threads = torch.get_num_threads()
-        torch.set_num_threads(self.threads or old_threads)
-        try:
-            t = time.perf_counter()
-            self.opt.zero_grad()
-            for s in range(0, x.shape[0], mb):
-                with NumpyProducts() if self.backend == "numpy" else contextlib.nullcontext():
-                    logits = self.model(x[s:s + mb])
-                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[s:s + mb].reshape(-1))
-                (loss * (mb / x.shape[0])).backward()
-            self.opt.step()
-            for m in self.model.modules():  # ghost batch-norm folds its statistics once per step
-                if hasattr(m, "step_end"):
-                    m.step_end(lambda key, t, exact=False: t)
-            elapsed = time.perf_counter() - t
-        finally:
-            torch.set_num_threads(old_threads)
-        flat = torch.cat([p.detach().reshape(-1).float() for p in self.model.parameters()])
-        return elapsed, hash_tensor(flat.numpy())
-
-
-def plain_divergence(job: Job, steps: int, pairs: list[str]) -> dict:
-    """First step where plain float32 / float64 training under each pair's configuration
-    leaves the reference run (parameters compared as float32)."""
-    out = {}
-    for dtype, label in ((torch.float32, "float32"), (torch.float64, "float64")):
-        ref = PlainRun(job, dtype)
-        others = {pair: PlainRun(job, dtype, **PAIRS[pair]) for pair in pairs}
-        for i in range(1, steps + 1):
-            h = ref.step(i)[1]
-            for pair, run in others.items():
-                if run.step(i)[1] != h and f"{label}/{pair}" not in out:
-                    out[f"{label}/{pair}"] = i
-        for pair in pairs:
-            out.setdefault(f"{label}/{pair}", None)
-    return out
-
-
 def bench_model(name: str, steps: int, pairs: list[str], interval: int) -> dict:
     job = Job(JOB_BUILDERS[name]())
     torch.set_num_threads(1)
@@ -129,7 +66,7 @@ def bench_model(name: str, steps: int, pairs: list[str], interval: int) -> dict:
     n_params = sum(p.numel() for p in factory().parameters())
     out["parameters"] = n_params
 
-    out["plain_first_differing_step"] = plain_divergence(job, steps, pairs)
+    out["plain_first_differing_step"] = plain_divergence(job, steps, {pair: PAIRS[pair] for pair in pairs})
 
     # the four kinds of step interleaved, so that load from other processes hits all alike
     plain32, plain64 = PlainRun(job, torch.float32), PlainRun(job, torch.float64)
