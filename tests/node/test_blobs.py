@@ -119,10 +119,13 @@ async def test_download_resumes_from_verified_chunks_after_a_disconnect(tmp_path
         client = await _serving(client_host, tmp_path, "client")
         with pytest.raises(StreamClosed):
             await client.fetch(flaky.peer_id, blob_id)
+        # The reset may overtake the last chunk sent before it (the transport drops what the
+        # reader had not taken yet): what was kept is a verified prefix.
         partial = client.store.open_partial_sync(blob_id)
-        assert partial is not None and sorted(partial.have) == [0, 1, 2]
+        kept = sorted(partial.have)
+        assert kept == list(range(len(kept))) and 1 <= len(kept) <= 3
         fetched_before = counter_value(client_host.metrics.blob_bytes_fetched)
-        assert fetched_before == 3 * CHUNK_SIZE
+        assert fetched_before == len(kept) * CHUNK_SIZE
         # The honest peer is asked only for the missing chunks.
         path = await client.fetch(good.peer_id, blob_id)
         assert path.read_bytes() == data
@@ -139,19 +142,21 @@ async def test_resume_after_restart_rehashes_the_partial_file(tmp_path):
         client = await _serving(client_host, tmp_path, "client")
         with pytest.raises(StreamClosed):
             await client.fetch(flaky.peer_id, blob_id)
+        kept = sorted(client.store.open_partial_sync(blob_id).have)  # a prefix; the reset may overtake chunk 3
+        assert kept == list(range(len(kept))) and 2 <= len(kept) <= 4
     # A new store over the same directory (as after a crash) trusts only bytes that hash right.
     part = next((tmp_path / "client" / "partial").glob("*.part"))
     with open(part, "r+b") as f:
         f.seek(CHUNK_SIZE + 7)
         f.write(b"\xff")  # chunk 1 damaged on disk
     reopened = BlobStore(tmp_path / "client")
-    assert sorted(reopened.open_partial_sync(blob_id).have) == [0, 2, 3]
+    assert sorted(reopened.open_partial_sync(blob_id).have) == [i for i in kept if i != 1]
     async with running_hosts(2) as (good, client_host):
         honest = await _serving(good, tmp_path, "good")
         await honest.store.put(data)
         client = BlobService(reopened, client_host)
         assert (await client.fetch(good.peer_id, blob_id)).read_bytes() == data
-        assert counter_value(client_host.metrics.blob_bytes_fetched) == SIZE - 3 * CHUNK_SIZE
+        assert counter_value(client_host.metrics.blob_bytes_fetched) == SIZE - (len(kept) - 1) * CHUNK_SIZE
 
 
 @trio_test(timeout=30)
