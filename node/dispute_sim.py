@@ -328,6 +328,10 @@ def report_lines(r: SimResult) -> list[str]:
 
 
 def dispute_sim_main(argv: list[str]) -> int:
+    from . import roundlog_cli
+    if any(roundlog_cli.is_roundlog_job(a) for a in argv if not a.startswith("-")):
+        from .roundlog_dispute import dispute_sim_main as roundlog_dispute_sim
+        return roundlog_dispute_sim(argv)  # model.kind = "torch-roundlog": its own game and cheats
     args = _parser().parse_args(argv)
     from repops_cupy.data import DataError
     from repops_cupy.jobspec import JobSpecError, load_job

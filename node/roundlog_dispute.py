@@ -4,25 +4,30 @@ A run directory is what `repops_cupy.roundlog.job.train_job` writes: checkpoints
 per-step logs and trace.json. `RunDirectoryParty` answers the referee from one;
 states between checkpoints come from replaying the run's own logs from the
 checkpoint before them (or from `kept_states`, for a party that stored them).
-`play_dispute(spec, challenger, defender)` returns the `Verdict`.
+`play_dispute(spec, challenger, defender)` returns the `Verdict`; `dispute_sim_main` is
+`gavel dispute-sim` for these jobs (an honest and a cheating run trained, then disputed).
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import random
+import sys
 import tempfile
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
+import torch
 
 from protocol.commitments import SignedRoot
 from protocol.identity import Identity
 from protocol.merkle import ChildrenProof, MerkleTree
 from protocol.roundlog_dispute import (
-    IntervalOpening, RoundLogReferee, StateOpening, StepEvidence, StepPair, Verdict, log_leaf_proof,
+    IntervalOpening, RoundLogReferee, StateOpening, StepEvidence, StepPair, Verdict, log_leaf_proof, max_rounds,
 )
-from repops_cupy.roundlog.job import Job, load_spec
+from repops_cupy.roundlog.job import Job, RoundLogJobError, load_spec, train_job
 from repops_cupy.roundlog.state import load_checkpoint, save_checkpoint
 from repops_cupy.roundlog.trainer import Auditor, RoundLogTrainer
 
@@ -136,3 +141,81 @@ def play_dispute(spec, challenger: str | Path | RunDirectoryParty, defender: str
     sides = [p if isinstance(p, RunDirectoryParty) else RunDirectoryParty(spec, p, Identity.generate())
              for p in (challenger, defender)]
     return referee_for(spec).play(*sides)
+
+
+# --- gavel dispute-sim for rounding-log jobs ------------------------------------------------------
+
+SIM_CHEATS = ("honest", "weight", "lr")
+PROVIDER, AUDITOR = "provider", "auditor"
+
+
+def _sim_cheat(kind: str, step: int):
+    """after_step hook: "weight" nudges the first parameter after `step`; "lr" trains with 1.5x lr from `step` on."""
+    def cheat(i, trainer) -> None:
+        if kind == "weight" and i == step:
+            with torch.no_grad():
+                p = trainer.params[min(trainer.params)].view(-1)
+                p[0] = (p[0] + 1e-3).to(torch.float32).to(torch.float64)
+        if kind == "lr" and i == step - 1:
+            trainer.optimizer.hyper["lr"] *= 1.5
+    return cheat
+
+
+def simulate(spec, cheat: str, work_dir: str | Path, *, cheater_role: str = PROVIDER, seed: int = 0) -> dict:
+    """Train an honest and a cheating run of `spec` under `work_dir` and play the dispute; the
+    auditor challenges the provider. Returns the verdict and the cheat as a JSON-ready dict."""
+    raw = load_spec(spec)
+    job = Job(raw)
+    cheat_step = random.Random(seed).randint(2 if cheat == "lr" else 1, job.steps)
+    work = Path(work_dir)
+    kept: dict[int, StateOpening] = {}
+
+    def cheating(i, trainer) -> None:
+        if cheat != "honest":
+            _sim_cheat(cheat, cheat_step)(i, trainer)
+        kept[i] = StateOpening(trainer.named_state(), trainer.last_log_hash)
+
+    train_job(raw, work / "honest")
+    train_job(raw, work / "cheater", after_step=cheating)
+    honest = RunDirectoryParty(raw, work / "honest", Identity.generate())
+    cheater = RunDirectoryParty(raw, work / "cheater", Identity.generate(), kept_states=kept)
+    challenger, defender = (honest, cheater) if cheater_role == PROVIDER else (cheater, honest)
+    verdict = referee_for(raw).play(challenger, defender)
+    honest_side = "challenger" if cheater_role == PROVIDER else "defender"
+    return {"cheat": cheat, "cheat_step": None if cheat == "honest" else cheat_step, "cheater_role": cheater_role,
+            "winner": verdict.winner, "honest_won": verdict.winner == honest_side or (cheat == "honest" and not verdict.faults),
+            "level": verdict.level, "checkpoint": verdict.checkpoint, "step": verdict.step, "faults": verdict.faults,
+            "rounds": verdict.rounds, "bound": max_rounds(job.checkpoint_steps())}
+
+
+def dispute_sim_main(argv: list[str]) -> int:
+    """`gavel dispute-sim JOB.toml --cheat honest|weight|lr` for a rounding-log job; exit 0 when the honest party won."""
+    p = argparse.ArgumentParser(prog="gavel dispute-sim", description="Dispute game on a rounding-log job.")
+    p.add_argument("job")
+    p.add_argument("--cheat", required=True, choices=SIM_CHEATS)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--seed", type=int, default=0, help="picks the cheated step")
+    p.add_argument("--cheater-role", choices=(PROVIDER, AUDITOR), default=PROVIDER)
+    p.add_argument("--json", action="store_true", help="end with one line of JSON")
+    args = p.parse_args(argv)
+    try:
+        raw = load_spec(args.job)
+        if args.steps is not None:
+            raw.setdefault("job", {})["steps"] = args.steps
+        Job(raw)
+    except RoundLogJobError as exc:
+        print(f"gavel dispute-sim: {exc}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as work:
+        result = simulate(raw, args.cheat, work, cheater_role=args.cheater_role, seed=args.seed)
+    if result["level"] == "agreed":
+        print("the trace roots agree: no dispute")
+    else:
+        print(f"verdict: {result['winner'] or 'no single winner'} wins; found checkpoint {result['checkpoint']}, "
+              f"step {result['step']} (cheat at step {result['cheat_step']})")
+        for side, why in result["faults"].items():
+            print(f"  {side} loses: {why}")
+        print(f"rounds: {result['rounds']} (bound {result['bound']})")
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    return 0 if result["honest_won"] else 1

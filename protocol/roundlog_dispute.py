@@ -196,6 +196,7 @@ class RoundLogReferee:
         verdict.rounds += 1
         answers, faults = {}, {}
         for side in SIDES:
+            answer = None
             try:
                 answer = getattr(parties[side], question)(*args)
                 problem = check(side, answer)
@@ -203,7 +204,7 @@ class RoundLogReferee:
                 problem = f"{question} failed: {type(exc).__name__}: {exc}"
             if problem:
                 faults[side] = f"{question}: {problem}"
-            answers[side] = answer if not problem else None
+            answers[side] = None if problem else answer
         if faults:
             raise _InvalidMove(faults)
         return answers

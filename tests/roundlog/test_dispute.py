@@ -198,3 +198,31 @@ def test_a_wrong_initial_state_is_caught_at_checkpoint_zero(runs, tmp_path):
     assert "initial state" in verdict.faults["defender"]
     assert initial_state_hash(Job(raw)).hex() == json.loads((runs[0] / "honest" / "trace.json").read_text())["checkpoints"][0]["state_hash"]
     assert verdict.rounds == 1 + math.ceil(math.log2(len(Job(raw).checkpoint_steps())))
+
+
+def _toml(raw) -> str:
+    def value(v):
+        return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
+    lines = []
+    for table in ("job", "model", "data", "optimizer"):
+        lines.append(f"[{table}]")
+        lines += [f"{k} = {value(v)}" for k, v in raw[table].items() if not isinstance(v, dict)]
+    lines.append("[model.args]")
+    lines += [f"{k} = {value(v)}" for k, v in raw["model"]["args"].items()]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("cheat,role", [("weight", "provider"), ("lr", "auditor"), ("honest", "provider")])
+def test_dispute_sim_routes_a_roundlog_job_to_this_game(tmp_path, capsys, cheat, role):
+    from node.dispute_sim import dispute_sim_main
+
+    job = tmp_path / "tiny.toml"
+    job.write_text(_toml(_job_raw(steps=4, interval=2)))
+    assert dispute_sim_main([str(job), "--cheat", cheat, "--cheater-role", role, "--seed", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["honest_won"]
+    if cheat == "honest":
+        assert result["level"] == "agreed" and result["winner"] is None
+    else:
+        assert result["winner"] == ("challenger" if role == "provider" else "defender")
+        assert result["step"] == result["cheat_step"] and result["rounds"] <= result["bound"]
