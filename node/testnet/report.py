@@ -243,6 +243,9 @@ def summarize(observed: Observed) -> dict[str, Any]:
     audited = [c for c in cheats if c.audited]
     missed_audit = [c for c in audited if not c.caught]
     unserved = [c for c in clients if c.outcome == "unserved"]
+    # a job no provider took: providers with free capacity exist in every plan, so the network failed it
+    unfilled = [sub for sub in observed.submissions if sub.job_id in observed.ledger.jobs
+                and len(observed.ledger.jobs[sub.job_id].accepted) < observed.ledger.jobs[sub.job_id].providers_wanted]
     summary = {
         "jobs": len(observed.submissions),
         "jobs_settled": observed.ledger.settled_jobs,
@@ -258,12 +261,14 @@ def summarize(observed: Observed) -> dict[str, Any]:
         "clients_refunded": sum(c.outcome == "refund" for c in clients),
         "clients_missed": sum(c.outcome == "missed cheat" for c in clients),
         "clients_unserved": len(unserved),
+        "jobs_unfilled": len(unfilled),
     }
-    summary["ok"] = not honest_slashes and not missed_audit and not unserved
+    summary["ok"] = not honest_slashes and not missed_audit and not unserved and not unfilled
     summary["failures"] = (
         [f"honest node {s.loser} slashed in job {s.job_id.hex()[:12]}" for s in honest_slashes]
         + [f"audited cheat of {c.provider} in job {c.job_id.hex()[:12]} not slashed" for c in missed_audit]
-        + [f"client of job {c.index} unserved: {c.reason}" for c in unserved])
+        + [f"client of job {c.index} unserved: {c.reason}" for c in unserved]
+        + [f"job {sub.index} found no provider before its acceptance deadline" for sub in unfilled])
     return summary
 
 

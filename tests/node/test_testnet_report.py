@@ -165,3 +165,13 @@ def test_report_json_names_nodes_and_round_trips(tmp_path):
     # the honest provider: seat unlocked, paid the price and half the cheater's seat
     assert report["balances"]["provider-00"]["rows"][-1][1:] == [0, 0, PRICE + SEAT // 2, 0]
     assert report["summary"]["ok"] is True and report["jobs"][0]["submit_to_settled_s"] > 0
+
+
+def test_a_job_no_provider_took_is_refunded_and_fails_the_run():
+    chain = Chain()
+    unfilled = h("g")
+    chain.tx(JobOpened(unfilled, CLIENT, CLIENT, PRICE, SEAT, 1, 10, 20, 30, 5))
+    chain.tx(JobAdvanced(unfilled, JobStatus.REFUNDED), ClientRefunded(unfilled, CLIENT, PRICE))
+    s = summarize(observed(chain, {unfilled: "g"}, {unfilled: None}))
+    assert (s["clients_refunded"], s["clients_unserved"], s["jobs_unfilled"], s["ok"]) == (1, 0, 1, False)
+    assert s["failures"] == ["job 0 found no provider before its acceptance deadline"]
