@@ -526,9 +526,15 @@ class NodeHost:
         """A new framed stream to ``peer``; close it with ``aclose()`` (or ``async with``)."""
         if self.libp2p is None:
             raise LocalError("the host is not running")
-        return await open_framed(
-            self.libp2p, peer, protocol, limits, timeout=timeout or self.request_timeout, traffic=self.metrics
-        )
+        try:
+            return await open_framed(
+                self.libp2p, peer, protocol, limits, timeout=timeout or self.request_timeout, traffic=self.metrics
+            )
+        except PeerUnreachable:
+            # A connection on which no stream opens is dead, though the swarm may still list it
+            # (seen in long testnet sweeps): drop it, so the next attempt dials afresh.
+            await self.disconnect(peer)
+            raise
 
     async def request(
         self,

@@ -75,6 +75,27 @@ async def test_two_hosts_dial_and_exchange_requests():
 
 
 @trio_test()
+async def test_a_connection_on_which_no_stream_opens_is_dropped_and_redialled():
+    from libp2p.network.exceptions import SwarmException
+
+    async with running_hosts(2, connect=False) as (a, b):
+        a.handle_requests(ECHO, _echo)
+        await b.connect(a.listen_addrs[0])
+        real_new_stream = b.libp2p.new_stream
+
+        async def failing_once(peer, protocols):
+            b.libp2p.new_stream = real_new_stream
+            raise SwarmException("failed to open a stream to peer")
+
+        b.libp2p.new_stream = failing_once
+        with pytest.raises(PeerUnreachable):
+            await b.request(a.peer_id, ECHO, b"lost")
+        assert not b.is_connected(a.peer_id)
+        await b.connect(a.listen_addrs[0])
+        assert await b.request(a.peer_id, ECHO, b"again") == str(b.peer_id).encode() + b"|again"
+
+
+@trio_test()
 async def test_three_hosts_serve_each_other_concurrently():
     async with running_hosts(3) as hosts:
         for h in hosts:
