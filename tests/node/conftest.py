@@ -6,6 +6,7 @@ import os
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import trio
+from libp2p.exceptions import BaseLibp2pError
 
 from node.host import NodeHost, open_host
 from node.logs import configure_logging
@@ -52,3 +53,17 @@ async def wait_until(predicate, *, timeout: float = 5.0, interval: float = 0.02)
 
 def counter_value(counter, **labels) -> float:
     return (counter.labels(**labels) if labels else counter)._value.get()
+
+
+async def read_until_closed(stream, *, timeout: float) -> bytes:
+    """Everything a peer sends on a raw libp2p stream until it closes or resets it."""
+    data = b""
+    with trio.fail_after(timeout):
+        while True:
+            try:
+                chunk = await stream.read(65536)
+            except BaseLibp2pError:
+                return data
+            if not chunk:
+                return data
+            data += chunk

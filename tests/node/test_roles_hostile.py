@@ -8,7 +8,6 @@ import time
 
 import pytest
 import trio
-from libp2p.exceptions import BaseLibp2pError
 
 from contracts import JobStatus
 from node.errors import PeerError, RemoteError
@@ -19,21 +18,8 @@ from node.roles.job_protocols import DISPUTE_LIMITS, DISPUTE_PROTOCOL, JOB_LIMIT
 from protocol import DisputeRules, Envelope, Identity, JobOffer, OpenDispute, commit_trace, decode_envelope
 from protocol import NEVER, JobTerms, SignedJobTerms
 
-from .conftest import counter_value, trio_test
-from .test_roles_support import embedded_chain, role, start_node, wait_for, write_job
-
-
-async def _read_until_closed(stream, *, timeout: float) -> bytes:
-    data = b""
-    with trio.fail_after(timeout):
-        while True:
-            try:
-                chunk = await stream.read(65536)
-            except BaseLibp2pError:
-                return data
-            if not chunk:
-                return data
-            data += chunk
+from .conftest import counter_value, read_until_closed, trio_test
+from .test_roles_support import advance_embedded_chain, role, start_node, wait_for, write_job
 
 
 def _forged_offer(identity: Identity) -> bytes:
@@ -70,11 +56,11 @@ async def test_hostile_peers_on_the_job_and_dispute_protocols(tmp_path):
                 stream = await mallory.libp2p.new_stream(provider.peer_id, [protocol])
                 await stream.write(struct.pack(">I", 9) + b"\xc1garbage!" + struct.pack(">I", 1 << 31) + os.urandom(32))
                 start = time.perf_counter()
-                await _read_until_closed(stream, timeout=5)
+                await read_until_closed(stream, timeout=5)
                 assert time.perf_counter() - start < 2
             stream = await mallory.libp2p.new_stream(provider.peer_id, [JOB_PROTOCOL])
             await stream.write(struct.pack(">I", 64 << 20))  # beyond the job protocol's frame limit
-            await _read_until_closed(stream, timeout=5)
+            await read_until_closed(stream, timeout=5)
             await wait_for(lambda: counter_value(provider.metrics.peer_errors, kind="FrameTooLarge") >= 1, timeout=5)
             assert counter_value(provider.metrics.peer_errors, kind="BadMessage") >= 2
 
@@ -155,9 +141,7 @@ async def test_hostile_peers_on_the_job_and_dispute_protocols(tmp_path):
 
         # None of it disturbed the job: it settles and the provider is paid.
         await wait_for(lambda: cj.state == "verified", timeout=60)
-        shared = embedded_chain()
-        with shared.lock:
-            shared.chain.advance_time(300)
+        advance_embedded_chain(300)
         result = await client_role.wait(job_id)
         assert result["status"] == JobStatus.FINALIZED.name
         assert [seat["outcome"] for seat in result["providers"].values()] == ["paid"]
@@ -181,9 +165,7 @@ async def test_a_provider_that_stalls_or_lies_in_the_game_loses_its_dispute(tmp_
         job_id = await client_role.submit(job_file, options)
         cj = client_role.jobs[job_id]
         await wait_for(lambda: cj.state == "verified", timeout=180)
-        shared = embedded_chain()
-        with shared.lock:
-            shared.chain.advance_time(300)
+        advance_embedded_chain(300)
         result = await client_role.wait(job_id)
         cheater_key = cheater.storage.commitments(job_id)[0].signer.hex()
         (verdict,) = result["verdicts"]

@@ -7,7 +7,7 @@ from contracts import JobStatus
 from node.roles.client import SubmitOptions
 
 from .conftest import trio_test
-from .test_roles_support import embedded_chain, role, start_node, wait_for, write_job
+from .test_roles_support import advance_embedded_chain, role, start_node, wait_for, write_job
 
 
 @trio_test(timeout=240)
@@ -23,9 +23,7 @@ async def test_a_job_goes_from_submission_to_payment(tmp_path):
         job_id = await client_role.submit(job_file, options)
         cj = client_role.jobs[job_id]
         await wait_for(lambda: cj.state == "verified", timeout=120)
-        shared = embedded_chain()
-        with shared.lock:
-            shared.chain.advance_time(300)
+        advance_embedded_chain(300)
         result = await client_role.wait(job_id)
         assert result["status"] == JobStatus.FINALIZED.name
         (key, seat), = result["providers"].items()
@@ -62,9 +60,7 @@ async def test_a_cheating_provider_loses_its_dispute_and_its_stake(tmp_path):
 
         await wait_for(audited, timeout=120)
         await wait_for(lambda: all(s.recorded for s in cj.sessions), timeout=60)
-        shared = embedded_chain()
-        with shared.lock:
-            shared.chain.advance_time(600)
+        advance_embedded_chain(600)
         result = await client_role.wait(job_id)
 
         honest_key = honest_role_key = context_key(honest)
@@ -133,9 +129,7 @@ async def test_a_client_restarted_mid_dispute_resumes_refereeing_it(tmp_path):
         client_role = await role(restarted, "client")
         cj = client_role.jobs[job_id]
         await wait_for(lambda: cj.state == "verified", timeout=180)
-        shared = embedded_chain()
-        with shared.lock:
-            shared.chain.advance_time(600)
+        advance_embedded_chain(600)
         result = await client_role.wait(job_id)
         staller_key = staller.storage.commitments(job_id)[0].signer.hex()
         (verdict,) = result["verdicts"]

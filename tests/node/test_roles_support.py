@@ -66,11 +66,13 @@ async def wait_for(predicate, *, timeout: float, interval: float = 0.1) -> None:
             await trio.sleep(interval)
 
 
-def embedded_chain():
-    """This process's embedded chain and the lock every node takes around it."""
+def advance_embedded_chain(seconds: int) -> None:
+    """Move this process's embedded chain (shared by every in-process node) ``seconds`` ahead."""
     from node.roles import chain
 
-    return chain._embedded_chain()
+    shared = chain._embedded_chain()
+    with shared.lock:
+        shared.chain.advance_time(seconds)
 
 
 def seed() -> bytes:

@@ -7,14 +7,13 @@ import time
 
 import pytest
 import trio
-from libp2p.exceptions import BaseLibp2pError
 
 from node.blobs import BLOB_PROTOCOL, BlobService, BlobStore
 from node.errors import FrameTooLarge, PeerTimeout, StreamClosed
 from node.host import PING_PROTOCOL
 from node.streams import StreamLimits
 
-from .conftest import counter_value, running_hosts, trio_test, wait_until
+from .conftest import counter_value, read_until_closed, running_hosts, trio_test, wait_until
 
 ECHO = "/gavel-test/echo/1"
 BULK = "/gavel-test/bulk/1"
@@ -28,20 +27,6 @@ async def _echo(peer, request: bytes) -> bytes:
 async def _raw_stream(client, server, protocol):
     """A libp2p stream without our framing, to send whatever bytes we like."""
     return await client.libp2p.new_stream(server.peer_id, [protocol])
-
-
-async def _read_until_closed(stream, *, timeout: float) -> bytes:
-    """Everything the server sends until it closes or resets the stream."""
-    data = b""
-    with trio.fail_after(timeout):
-        while True:
-            try:
-                chunk = await stream.read(65536)
-            except BaseLibp2pError:
-                return data
-            if not chunk:
-                return data
-            data += chunk
 
 
 @trio_test()
@@ -64,7 +49,7 @@ async def test_garbage_on_each_protocol_closes_the_stream_and_the_node_keeps_ser
         junk = struct.pack(">I", 12) + b"\xc1\xc1\xc1\xff\x00garbage!" + struct.pack(">I", 1 << 31) + os.urandom(64)
         await stream.write(junk)
         start = time.perf_counter()
-        await _read_until_closed(stream, timeout=5)
+        await read_until_closed(stream, timeout=5)
         assert time.perf_counter() - start < 2
         # c is served as if nothing happened.
         await c.ping(a.peer_id)
@@ -81,7 +66,7 @@ async def test_oversized_frame_is_refused_before_allocation():
         stream = await _raw_stream(b, a, ECHO)
         await stream.write(struct.pack(">I", 0xFFFFFFF0) + b"x" * 100)
         start = time.perf_counter()
-        await _read_until_closed(stream, timeout=5)
+        await read_until_closed(stream, timeout=5)
         assert time.perf_counter() - start < 2  # refused at the header, not after a read timeout
         await wait_until(lambda: counter_value(a.metrics.peer_errors, kind="FrameTooLarge") == 1)
         # The client side of the framing refuses an oversized answer the same way.
@@ -127,7 +112,7 @@ async def test_stalled_peer_times_out_while_another_is_served():
             durations = {}
 
             async def watch(name, stream):
-                await _read_until_closed(stream, timeout=5)
+                await read_until_closed(stream, timeout=5)
                 durations[name] = time.perf_counter() - start
 
             nursery.start_soon(watch, "stalled", stalled)

@@ -8,8 +8,9 @@ import numba
 import pytest
 
 from node import testnet_cli
-from node.roles.chain import _embedded_chain
 from node.testnet.threads import THREAD_ENV
+
+from .test_roles_support import advance_embedded_chain
 
 pytestmark = pytest.mark.slow
 
@@ -29,9 +30,7 @@ def thread_limits_restored(monkeypatch):
 
 def test_a_small_in_process_testnet_catches_its_cheater_and_serves_every_client(tmp_path, capsys):
     # Earlier tests in the process move the shared embedded chain's clock: an hour ahead must not stall the run.
-    shared = _embedded_chain()
-    with shared.lock:
-        shared.chain.mine(shared.chain.now() + 3600)
+    advance_embedded_chain(3600)
     out = tmp_path / "out"
     status = testnet_cli.testnet_main([
         "--nodes", "2", "--cheaters", "1", "--auditors", "1", "--clients", "1", "--jobs", "2",

@@ -60,6 +60,8 @@ from repops_cupy import elementwise, nn, registry, shape  # noqa: F401 - registe
 from repops_cupy import reduce as R
 from repops_cupy import transcendental as T
 
+from .bits import assert_same_bits
+
 pytestmark = pytest.mark.skipif(not K.AVAILABLE, reason="numba is not installed")
 
 PRIMITIVES = ("exp", "expm1", "log", "tanh", "erf", "erfc", "sigmoid")
@@ -88,16 +90,6 @@ def compiled_and_array(fn, *args, **kwargs):
         with np.errstate(all="ignore"):
             expected = fn(*args, **kwargs)
     return compiled, expected
-
-
-def assert_same_bits(actual, expected):
-    actual, expected = np.asarray(actual), np.asarray(expected)
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape
-    nan_a, nan_e = np.isnan(actual), np.isnan(expected)
-    assert np.array_equal(nan_a, nan_e), "NaN positions differ"
-    uint = f"u{actual.dtype.itemsize}"
-    diff = np.where(nan_a, 0, actual).view(uint) != np.where(nan_e, 0, expected).view(uint)
-    assert not diff.any(), f"{int(diff.sum())} element(s) differ, first at {np.argwhere(diff)[0]}"
 
 
 def _neighbours(values, steps=3) -> np.ndarray:

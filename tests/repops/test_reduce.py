@@ -8,7 +8,6 @@ instead (same bits; see test_cpu_kernels.py), unless REPOPS_CPU_KERNELS=0.
 import importlib
 import itertools
 import math
-import os
 import warnings
 from fractions import Fraction
 
@@ -24,17 +23,7 @@ from repops_cupy import registry
 from repops_cupy._backend import cupy_module
 from repops_cupy.errors import OpError
 
-
-@pytest.fixture(scope="module", autouse=True, params=["compiled", "array"])
-def cpu_path(request):
-    """Every test runs on the compiled CPU kernels and on the NumPy array code (the spec, and the CuPy path)."""
-    before = os.environ.get("REPOPS_CPU_KERNELS")
-    os.environ["REPOPS_CPU_KERNELS"] = "1" if request.param == "compiled" else "0"
-    yield request.param
-    if before is None:
-        del os.environ["REPOPS_CPU_KERNELS"]
-    else:
-        os.environ["REPOPS_CPU_KERNELS"] = before
+from .bits import cpu_path  # noqa: F401 - autouse: every test on compiled kernels and array code
 
 
 def _bits32(a) -> np.ndarray:

@@ -10,7 +10,6 @@ tests run whichever path REPOPS_CPU_KERNELS selects (compiled by default).
 """
 import importlib
 import math
-import os
 from decimal import Decimal
 import struct
 import warnings
@@ -26,16 +25,7 @@ from repops_cupy import transcendental as T
 from repops_cupy._backend import cupy_module
 from repops_cupy.errors import OpError
 
-@pytest.fixture(scope="module", autouse=True, params=["compiled", "array"])
-def cpu_path(request):
-    """Every test runs on the compiled CPU kernels and on the NumPy array code (the spec, and the CuPy path)."""
-    before = os.environ.get("REPOPS_CPU_KERNELS")
-    os.environ["REPOPS_CPU_KERNELS"] = "1" if request.param == "compiled" else "0"
-    yield request.param
-    if before is None:
-        del os.environ["REPOPS_CPU_KERNELS"]
-    else:
-        os.environ["REPOPS_CPU_KERNELS"] = before
+from .bits import cpu_path  # noqa: F401 - autouse: every test on compiled kernels and array code
 
 
 PRIMITIVES = {
