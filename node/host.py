@@ -61,6 +61,7 @@ from .streams import (
 log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
+NEGOTIATION_FLOOR = 10.0  # seconds: libp2p's own default for negotiations and upgrades
 PING_PROTOCOL = "/gavel/ping/1.0.0"
 PING_LIMITS = StreamLimits(max_frame=16 * 1024, read_timeout=5.0, write_timeout=5.0, idle_timeout=30.0)
 # The largest gossip item we publish or accept: gossip carries hashes, roots and
@@ -326,7 +327,16 @@ class NodeHost:
             key_pair=self._key_pair,
             sec_opt={NOISE_ID: noise},  # Noise only: no plaintext fallback
             muxer_opt={YAMUX_ID: Yamux},
-            connection_config=ConnectionConfig(max_connections_per_peer=1),
+            # libp2p's 10 s for a stream's protocol negotiation fails first on a loaded host
+            # (200 testnet nodes in one loop: thousands of identify/meshsub/job streams timed
+            # out there); negotiation and upgrades get the host's own request and dial budgets.
+            connection_config=ConnectionConfig(
+                max_connections_per_peer=1,
+                outbound_stream_protocol_negotiation_timeout=max(NEGOTIATION_FLOOR, self.request_timeout),
+                inbound_stream_protocol_negotiation_timeout=max(NEGOTIATION_FLOOR, self.request_timeout),
+                outbound_upgrade_timeout=max(NEGOTIATION_FLOOR, self.dial_timeout),
+                inbound_upgrade_timeout=max(NEGOTIATION_FLOOR, self.dial_timeout),
+            ),
             enable_mDNS=False,
         )
         # Our bootstrap loop owns retries and backoff; the swarm's own retries
