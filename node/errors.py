@@ -71,3 +71,9 @@ class DataDirError(LocalError):
 
 class ConfigError(LocalError):
     """A setting has an unknown name or a value of the wrong type."""
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether trying again may help: the peer was out of reach, slow or cut off, not wrong."""
+    return isinstance(error, (PeerUnreachable, PeerTimeout, StreamClosed)) and not isinstance(
+        error, ProtocolNotSupported)

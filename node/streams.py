@@ -149,7 +149,12 @@ async def open_framed(
         try:
             stream = await host.new_stream(peer_id, [protocol])
         except StreamFailure as error:
-            raise ProtocolNotSupported(f"cannot open {protocol}: {error}", peer=peer_id) from None
+            # libp2p raises StreamFailure both when the peer answers "na" and when the
+            # negotiation stalls or breaks; only its message tells them apart.
+            cause = error.__cause__ or error
+            if "not supported" in str(cause):
+                raise ProtocolNotSupported(f"{protocol} is not supported: {cause}", peer=peer_id) from None
+            raise PeerUnreachable(f"cannot open {protocol}: {cause}", peer=peer_id) from None
         except BaseLibp2pError as error:
             raise PeerUnreachable(f"cannot open {protocol}: {error}", peer=peer_id) from None
     if scope.cancelled_caught:

@@ -30,7 +30,7 @@ from libp2p.peer.id import ID
 
 from protocol import Commitment, JobOffer, RemoteProtocolError, decode_envelope, hash_tree
 
-from ..errors import LocalError, PeerError
+from ..errors import LocalError, PeerError, is_transient
 from ..framing import pack, unpack
 from .context import PartySpec, RoleContext, ceil_fraction
 from .jobfiles import BundleError, job_dir
@@ -45,6 +45,10 @@ AUDIT_DIR = "audit-run"
 FINAL = ("ok", "challenged", "mismatch", "failed")
 PENDING_NOTICES = 256
 COLLECT_POLL = 5.0
+# An audit cut off by the network (provider or client out of reach, slow, stream reset) is
+# tried again after 5 and 10 s; one that found the provider wrong is not.
+AUDIT_ATTEMPTS = 3
+AUDIT_RETRY_DELAY = 5.0
 
 
 class AuditorRole:
@@ -55,6 +59,7 @@ class AuditorRole:
         self._queue_send, self._queue = trio.open_memory_channel[tuple[bytes, str]](1024)
         self._early: dict[bytes, list[tuple[str, dict]]] = {}  # commitments seen before their job
         self.runs: dict[bytes, tuple[JobRun, Any]] = {}
+        self._tries: dict[tuple[bytes, str], int] = {}  # failed attempts of each audit
         ctx.roles[ROLE] = self
 
     async def run(self) -> None:
@@ -74,10 +79,21 @@ class AuditorRole:
                 try:
                     await self.audit(job_id, key)
                 except (PeerError, LocalError, RemoteProtocolError, BundleError, RunFailed) as error:
+                    tries = self._tries[(job_id, key)] = self._tries.get((job_id, key), 0) + 1
+                    if is_transient(error) and tries < AUDIT_ATTEMPTS:
+                        delay = AUDIT_RETRY_DELAY * 2 ** (tries - 1)
+                        log.info("audit of %s in job %s: %s; trying again in %g s", key[:8], job_id.hex()[:12],
+                                 error, delay)
+                        nursery.start_soon(self._requeue, job_id, key, delay)
+                        continue
                     log.warning("audit of %s in job %s failed: %s", key[:8], job_id.hex()[:12], error)
                     await self._mark(job_id, key, "failed", str(error)[:200])
                 except RunStopped:
                     return
+
+    async def _requeue(self, job_id: bytes, key: str, delay: float) -> None:
+        await trio.sleep(delay)
+        await self._queue_send.send((job_id, key))
 
     async def _collect(self) -> None:
         while True:

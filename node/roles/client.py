@@ -39,7 +39,7 @@ from protocol import (
     hash_tree,
 )
 
-from ..errors import BadMessage, LocalError, PeerError
+from ..errors import BadMessage, LocalError, PeerError, is_transient
 from ..framing import pack, unpack
 from ..streams import RequestRefused
 from .chain import ETHER, format_ether
@@ -56,10 +56,16 @@ log = logging.getLogger(__name__)
 
 ROLE = "client"
 OFFER_TIMEOUT = 180.0  # a provider fetches the bundle and builds the program before answering
+# An advert counts for this long, or for three of the network's advert intervals if longer
+# (a large network advertises less often: every advert reaches every node).
 ADVERT_FRESH = 30.0
+ADVERTS_KEPT = 3
 POLL = 1.0
 DONE_STATES = ("settled", "unfilled", "failed")
 ANNOUNCE_INTERVAL = 10.0
+# A result fetch cut off by the network is tried again (after 2, 4, 8 s); a wrong result is not.
+RESULT_ATTEMPTS = 4
+RESULT_RETRY_DELAY = 2.0
 
 
 @dataclass
@@ -146,8 +152,9 @@ class ClientRole:
             if peer not in skip:
                 out.append((peer, [addr]))
         terms = cj.terms.terms
+        fresh_for = max(ADVERT_FRESH, ADVERTS_KEPT * self.ctx.config.advert_interval)
         fresh = sorted(((a.price_per_step, str(p), p, a) for p, (seen, a) in self.adverts.items()
-                        if time.time() - seen < ADVERT_FRESH), key=lambda x: (x[0], x[1]))
+                        if time.time() - seen < fresh_for), key=lambda x: (x[0], x[1]))
         for price, _, peer, advert in fresh:
             if peer in skip or peer == self.ctx.host.peer_id or any(peer == p for p, _ in out):
                 continue
@@ -488,30 +495,42 @@ class ClientRole:
         ctx = self.ctx
         chain = ctx.chain
         out = Path(cj.record["options"].get("out") or ctx.config.data_dir / "results" / cj.job_id.hex())
-        for key, report in valid.items():
-            seat = cj.record["seats"][key]
-            info = await chain.run(chain.settlement.seat, cj.job_id, seat["account"])
-            if info.forfeited:
-                continue
-            peer = ID.from_base58(seat["peer"])
-            try:
-                await ctx.reach(peer, seat["addrs"])
-                weights = await ctx.blobs.fetch(peer, report.checkpoints[-1])
-                trace_file = await ctx.blobs.fetch(peer, report.trace_file)
-                _, _, digest = await trio.to_thread.run_sync(load_checkpoint, weights)
-            except (PeerError, LocalError, CheckpointError) as error:
-                log.info("job %s: fetching the result from %s: %s", cj.job_id.hex()[:12], key[:8], error)
-                continue
-            if digest != report.trace[-1]:
-                log.warning("job %s: %s's final weights are not its committed final state", cj.job_id.hex()[:12], key[:8])
-                continue
-            await trio.to_thread.run_sync(_write_result, out, weights, trace_file,
-                                          job_dir(ctx.config.data_dir, cj.job_id) / JOB_FILE)
-            cj.record["result_from"] = key
-            cj.record["result_dir"] = str(out)
-            cj.record["trace_root"] = _decode(report.commitment).body.root.root.hex()
-            log.info("job %s: result from %s checked against its commitment, in %s", cj.job_id.hex()[:12], key[:8], out)
-            return
+        candidates = dict(valid)
+        for attempt in range(RESULT_ATTEMPTS):
+            if attempt:
+                await trio.sleep(RESULT_RETRY_DELAY * 2 ** (attempt - 1))
+            for key, report in list(candidates.items()):
+                seat = cj.record["seats"][key]
+                info = await chain.run(chain.settlement.seat, cj.job_id, seat["account"])
+                if info.forfeited:
+                    del candidates[key]
+                    continue
+                peer = ID.from_base58(seat["peer"])
+                try:
+                    await ctx.reach(peer, seat["addrs"])
+                    weights = await ctx.blobs.fetch(peer, report.checkpoints[-1])
+                    trace_file = await ctx.blobs.fetch(peer, report.trace_file)
+                    _, _, digest = await trio.to_thread.run_sync(load_checkpoint, weights)
+                except (PeerError, LocalError, CheckpointError) as error:
+                    log.info("job %s: fetching the result from %s: %s", cj.job_id.hex()[:12], key[:8], error)
+                    if not is_transient(error):
+                        del candidates[key]
+                    continue
+                if digest != report.trace[-1]:
+                    log.warning("job %s: %s's final weights are not its committed final state",
+                                cj.job_id.hex()[:12], key[:8])
+                    del candidates[key]
+                    continue
+                await trio.to_thread.run_sync(_write_result, out, weights, trace_file,
+                                              job_dir(ctx.config.data_dir, cj.job_id) / JOB_FILE)
+                cj.record["result_from"] = key
+                cj.record["result_dir"] = str(out)
+                cj.record["trace_root"] = _decode(report.commitment).body.root.root.hex()
+                log.info("job %s: result from %s checked against its commitment, in %s", cj.job_id.hex()[:12],
+                         key[:8], out)
+                return
+            if not candidates:
+                break
         log.warning("job %s: no provider delivered a result that checks", cj.job_id.hex()[:12])
 
     async def _settle(self, cj: ClientJob) -> None:

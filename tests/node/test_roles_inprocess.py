@@ -4,6 +4,7 @@ from __future__ import annotations
 import trio
 
 from contracts import JobStatus
+from node.errors import StreamClosed
 from node.roles.client import SubmitOptions
 
 from .conftest import trio_test
@@ -18,6 +19,17 @@ async def test_a_job_goes_from_submission_to_payment(tmp_path):
         client = await start_node(nursery, tmp_path / "client", ["client"], bootstrap=provider.host.listen_addrs)
         client_role = await role(client, "client")
         provider_role = await role(provider, "provider")
+        # The network cuts off the client's first blob fetch (the result): it tries again.
+        fetches = []
+        fetch = client_role.ctx.blobs.fetch
+
+        async def fetch_cut_off_once(peer, blob_id, *args, **kwargs):
+            fetches.append(blob_id)
+            if len(fetches) == 1:
+                raise StreamClosed("the network cut the stream", peer=peer)
+            return await fetch(peer, blob_id, *args, **kwargs)
+
+        client_role.ctx.blobs.fetch = fetch_cut_off_once
         options = SubmitOptions(providers=1, accept_within=60, commit_within=60, challenge_within=30,
                                 move_timeout=20, clock=60)
         job_id = await client_role.submit(job_file, options)
@@ -31,6 +43,7 @@ async def test_a_job_goes_from_submission_to_payment(tmp_path):
         weights = (tmp_path / "client" / "results" / job_id.hex() / "weights.safetensors").read_bytes()
         run_dir = tmp_path / "provider" / "jobs" / job_id.hex() / "run"
         assert weights == max(run_dir.glob("step-*.safetensors")).read_bytes()
+        assert fetches[0] == fetches[1]  # the cut-off fetch was tried again
         assert result["verdicts"] == []
         await wait_for(lambda: provider.storage.get_job(job_id).state == "settled", timeout=30)
         nursery.cancel_scope.cancel()

@@ -9,7 +9,10 @@ import pytest
 import trio
 
 from node.blobs import BLOB_PROTOCOL, BlobService, BlobStore
-from node.errors import FrameTooLarge, PeerTimeout, StreamClosed
+from node.errors import (
+    BadMessage, BlobCorrupt, FrameTooLarge, PeerTimeout, PeerUnreachable, ProtocolNotSupported, RemoteError,
+    StreamClosed, is_transient,
+)
 from node.host import PING_PROTOCOL
 from node.streams import StreamLimits
 
@@ -189,3 +192,9 @@ async def test_a_slow_answer_within_the_request_timeout_is_not_a_read_timeout():
         limits = StreamLimits(read_timeout=0.2)
         a.handle_requests("/gavel-test/slow/1", slow, limits)
         assert await b.request(a.peer_id, "/gavel-test/slow/1", b"?", timeout=3, limits=limits) == b"done"
+
+
+def test_only_network_trouble_is_worth_a_second_try():
+    assert all(is_transient(e) for e in (PeerUnreachable("x"), PeerTimeout("x"), StreamClosed("x")))
+    assert not any(is_transient(e) for e in (
+        ProtocolNotSupported("x"), BadMessage("x"), BlobCorrupt("x"), RemoteError("x"), FrameTooLarge("x")))
