@@ -47,3 +47,15 @@ def test_strategies_can_be_chosen(tmp_path):
 def test_impossible_options_are_refused(bad):
     with pytest.raises(ValueError):
         TestnetOptions(nodes=6, **bad)
+
+
+def test_adverts_thin_out_as_the_network_grows():
+    from node.testnet.launcher import ADVERT_DELIVERIES, ADVERT_INTERVAL, advert_interval
+
+    small = TestnetOptions()  # the default testnet keeps the base interval
+    assert advert_interval(small) == ADVERT_INTERVAL
+    for providers in (45, 190):
+        options = TestnetOptions(nodes=providers, cheaters=1, auditors=5, clients=5)
+        everyone = providers + 10
+        # every advert reaches every node: deliveries per second stay at the budget
+        assert providers / advert_interval(options) * everyone == pytest.approx(ADVERT_DELIVERIES)
