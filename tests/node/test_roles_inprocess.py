@@ -4,7 +4,8 @@ from __future__ import annotations
 import trio
 
 from contracts import JobStatus
-from node.errors import StreamClosed
+from node.errors import PeerTimeout, StreamClosed
+from node.framing import unpack
 from node.roles.client import SubmitOptions
 
 from .conftest import trio_test
@@ -61,6 +62,18 @@ async def test_a_cheating_provider_loses_its_dispute_and_its_stake(tmp_path):
         client_role = await role(client, "client")
         for node, name in ((honest, "provider"), (cheater, "provider"), (auditor, "auditor")):
             await role(node, name)
+        # The network stalls the auditor's first audit: it audits again a little later.
+        auditor_role = await role(auditor, "auditor")
+        audits = []
+        audit = auditor_role.audit
+
+        async def audit_stalled_once(audited_job, key):
+            audits.append(key)
+            if len(audits) == 1:
+                raise PeerTimeout("the network stalled")
+            return await audit(audited_job, key)
+
+        auditor_role.audit = audit_stalled_once
         options = SubmitOptions(providers=2, accept_within=90, commit_within=90, challenge_within=60,
                                 move_timeout=30, clock=120)
         job_id = await client_role.submit(job_file, options)
@@ -72,6 +85,8 @@ async def test_a_cheating_provider_loses_its_dispute_and_its_stake(tmp_path):
             return row is not None and row.state == "audited"
 
         await wait_for(audited, timeout=120)
+        entries = unpack(auditor.storage.get_job(job_id).spec)["audits"]
+        assert audits.count(audits[0]) == 2 and "failed" not in {e["state"] for e in entries.values()}
         await wait_for(lambda: all(s.recorded for s in cj.sessions), timeout=60)
         advance_embedded_chain(600)
         result = await client_role.wait(job_id)
