@@ -73,6 +73,11 @@ DB_FILE = "gavel.db"
 BLOBS_DIR = "blobs"
 
 
+def setting_default(name: str) -> Any:
+    """The default value of setting ``name``."""
+    return _BY_NAME[name].default
+
+
 def check_value(setting: Setting, value: Any) -> Any:
     """``value`` converted to the setting's type, or ConfigError."""
     kind = setting.type

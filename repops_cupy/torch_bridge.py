@@ -51,10 +51,11 @@ class CausalSelfAttention(nn.Module):
             return proj(x).reshape(b, t, h, hd).transpose(1, 2)
 
         q, k, v = heads(self.q_proj), heads(self.k_proj), heads(self.v_proj)
+        # reprod-ok: the torch module's own forward, for using trained weights in torch; graphs come from to_layer
         att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
         mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         att = self.drop(torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1))
-        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)  # reprod-ok: as above, never traced or hashed
         return self.drop(self.out_proj(y))
 
 

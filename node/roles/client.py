@@ -495,16 +495,16 @@ class ClientRole:
         ctx = self.ctx
         chain = ctx.chain
         out = Path(cj.record["options"].get("out") or ctx.config.data_dir / "results" / cj.job_id.hex())
-        candidates = dict(valid)
+        candidates = {}
+        for key, report in valid.items():
+            seat = await chain.run(chain.settlement.seat, cj.job_id, cj.record["seats"][key]["account"])
+            if not seat.forfeited:
+                candidates[key] = report
         for attempt in range(RESULT_ATTEMPTS):
             if attempt:
                 await trio.sleep(RESULT_RETRY_DELAY * 2 ** (attempt - 1))
             for key, report in list(candidates.items()):
                 seat = cj.record["seats"][key]
-                info = await chain.run(chain.settlement.seat, cj.job_id, seat["account"])
-                if info.forfeited:
-                    del candidates[key]
-                    continue
                 peer = ID.from_base58(seat["peer"])
                 try:
                     await ctx.reach(peer, seat["addrs"])

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import trio
 
-from ..config import make_config
+from ..config import make_config, setting_default
 from ..datadir import init_datadir
 from .ledger import Ledger
 from .plan import AUDITOR, CLIENT, PROVIDER, NodePlan, TestnetOptions, TestnetPlan
@@ -102,13 +102,13 @@ def node_settings(node: NodePlan, options: TestnetOptions, *, chain: str, listen
     """A node's settings; ``shared_loop_nodes``: how many nodes share its event loop (in-process)."""
     values: dict[str, Any] = {
         "roles": [node.role], "chain": chain, "listen": listen, "bootstrap": bootstrap, "stake": options.stake,
-        "capacity": options.capacity, "advert_interval": advert_interval(options), "metrics_listen": "", "log_file": log_file,
-        "device": "cpu", "gossip_heartbeat": GOSSIP_HEARTBEAT,
+        "capacity": options.capacity, "advert_interval": advert_interval(options), "metrics_listen": "",
+        "log_file": log_file, "device": "cpu", "gossip_heartbeat": GOSSIP_HEARTBEAT,
     }
     if shared_loop_nodes:
         extra = IN_PROCESS_TIMEOUT_PER_NODE * shared_loop_nodes
-        values["dial_timeout"] = 5.0 + extra
-        values["request_timeout"] = 10.0 + extra
+        for name in ("dial_timeout", "request_timeout"):
+            values[name] = setting_default(name) + extra
     if node.cheat:
         values["cheat"] = node.cheat
         if node.cheat_rate < 1.0:

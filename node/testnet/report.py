@@ -244,8 +244,9 @@ def summarize(observed: Observed) -> dict[str, Any]:
     missed_audit = [c for c in audited if not c.caught]
     unserved = [c for c in clients if c.outcome == "unserved"]
     # a job no provider took: providers with free capacity exist in every plan, so the network failed it
-    unfilled = [sub for sub in observed.submissions if sub.job_id in observed.ledger.jobs
-                and len(observed.ledger.jobs[sub.job_id].accepted) < observed.ledger.jobs[sub.job_id].providers_wanted]
+    jobs = observed.ledger.jobs
+    unfilled = [sub for sub in observed.submissions
+                if (job := jobs.get(sub.job_id)) is not None and len(job.accepted) < job.providers_wanted]
     summary = {
         "jobs": len(observed.submissions),
         "jobs_settled": observed.ledger.settled_jobs,

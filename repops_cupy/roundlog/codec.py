@@ -43,7 +43,7 @@ def encode_varints(values: np.ndarray) -> bytes:
         t >>= np.uint64(7)
     total = int(nbytes.sum())
     out = np.zeros(total, dtype=np.uint8)
-    starts = np.concatenate(([0], np.cumsum(nbytes)[:-1]))
+    starts = np.concatenate(([0], np.cumsum(nbytes)[:-1]))  # exact: integer offsets
     rem = v.copy()
     for j in range(int(nbytes.max())):
         live = nbytes > j
@@ -97,7 +97,7 @@ def _gaps(pos: np.ndarray) -> np.ndarray:
 
 
 def _ungap(gaps: np.ndarray) -> np.ndarray:
-    return np.cumsum(gaps + np.uint64(1), dtype=np.uint64) - np.uint64(1)
+    return np.cumsum(gaps + np.uint64(1), dtype=np.uint64) - np.uint64(1)  # exact: uint64 positions
 
 
 def rice_bits(gaps: np.ndarray, k: int) -> int:
@@ -114,10 +114,10 @@ def encode_rice(gaps: np.ndarray, k: int) -> bytes:
     lengths = q + 1 + k
     total = int(lengths.sum())
     bits = np.zeros(total, dtype=np.uint8)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))  # exact: integer offsets
     if q.sum():
         owner = np.repeat(np.arange(q.size), q)
-        within = np.arange(owner.size) - np.repeat(np.concatenate(([0], np.cumsum(q)[:-1])), q)
+        within = np.arange(owner.size) - np.repeat(np.concatenate(([0], np.cumsum(q)[:-1])), q)  # exact: integers
         bits[starts[owner] + within] = 1
     if k:
         shifts = np.arange(k - 1, -1, -1, dtype=np.uint64)

@@ -41,6 +41,7 @@ class SyntheticTokens:
         probs = np.full((vocab, vocab), 0.02 / vocab)
         for t in range(vocab):
             probs[t, rng.choice(vocab, successors, replace=False)] += 0.98 / successors
+        # reprod-ok: the rounding-log mode computes in float64 by design; this table is built once per seed
         self.cumulative = np.cumsum(probs / probs.sum(1, keepdims=True), axis=1)
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:

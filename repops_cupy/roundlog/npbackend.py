@@ -34,7 +34,7 @@ class NumpyMatmul(torch.autograd.Function):
         if a.dim() < 2 or b.dim() < 2:
             raise ValueError("NumpyMatmul needs operands of rank >= 2")
         ctx.save_for_backward(a, b)
-        return torch.from_numpy(np.matmul(_np(a), _np(b)))
+        return torch.from_numpy(np.matmul(_np(a), _np(b)))  # reprod-ok: a second float64 engine inside a rounding site
 
     @staticmethod
     def backward(ctx, g):
@@ -42,9 +42,9 @@ class NumpyMatmul(torch.autograd.Function):
         gn = _np(g)
         ga = gb = None
         if ctx.needs_input_grad[0]:
-            ga = torch.from_numpy(np.matmul(gn, _mT(_np(b)))).sum_to_size(a.shape)
+            ga = torch.from_numpy(np.matmul(gn, _mT(_np(b)))).sum_to_size(a.shape)  # reprod-ok: as forward
         if ctx.needs_input_grad[1]:
-            gb = torch.from_numpy(np.matmul(_mT(_np(a)), gn)).sum_to_size(b.shape)
+            gb = torch.from_numpy(np.matmul(_mT(_np(a)), gn)).sum_to_size(b.shape)  # reprod-ok: as forward
         return ga, gb
 
 
