@@ -49,9 +49,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log_level", str, "info", "level of gavel's own log", "--log-level", LOG_LEVELS),
     Setting("libp2p_log_level", str, "critical", "level of libp2p's log (noisy below 'error')", "--libp2p-log-level", LOG_LEVELS),
     Setting("log_file", str, "", "log to this file (relative to the data directory) instead of stderr", "--log-file"),
+    Setting("peer_target", int, 8, "peers to keep connected: below this the node dials peers it has heard of, beyond its bootstrap list"),
     Setting("dial_timeout", float, 5.0, "seconds one dial may take"),
     Setting("request_timeout", float, 10.0, "seconds one request/response exchange may take"),
     Setting("gossip_heartbeat", float, 1.0, "GossipSub heartbeat in seconds"),
+    Setting("gossip_degree", int, 6, "GossipSub mesh degree D (kept between 2D/3 and 2D): a message reaches a node about D times"),
     Setting("gossip_publish_interval", float, 0.005, "minimum seconds between two of our gossip publishes"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}

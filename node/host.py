@@ -4,6 +4,8 @@ Configuration follows what was measured on this project (``notes/libp2p.md``):
 TCP + Noise only (a default host would also accept plaintext), Yamux, one connection
 per peer (without it every dial stalls 250 ms), explicit bootstrap addresses and no
 mDNS, GossipSub v1.1 with a 1 s heartbeat and spam protection and adaptive gossip off.
+The host keeps a small peer target itself instead of libp2p's auto-connector, which
+aims at 200 connections.
 
 One 32-byte seed is the node's whole identity: it gives the PyNaCl ``SigningKey``
 that signs protocol messages and the libp2p Ed25519 key whose public half is the
@@ -21,6 +23,8 @@ or ``async with open_host(seed, ...) as host:``.
 from __future__ import annotations
 
 import logging
+import os
+import random
 import socket
 import time
 from contextlib import asynccontextmanager
@@ -29,10 +33,12 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 import trio
 from libp2p import new_host
+from libp2p.abc import INotifee
 from libp2p.crypto.ed25519 import Ed25519PrivateKey
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
 from libp2p.exceptions import BaseLibp2pError
+from libp2p.network.auto_connector import AutoConnector
 from libp2p.network.config import ConnectionConfig, RetryConfig
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
@@ -60,6 +66,10 @@ from .streams import (
 
 log = logging.getLogger(__name__)
 
+# py-libp2p's yamux answers every read with a window update (one more frame each way for every gossip
+# message on a connection); its switch for go-yamux's rule, an update once half the window is used:
+os.environ.setdefault("PY_YAMUX_RELEASE_ON_READ", "0")
+
 DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 NEGOTIATION_FLOOR = 10.0  # seconds: libp2p's own default for negotiations and upgrades
 PING_PROTOCOL = "/gavel/ping/1.0.0"
@@ -67,8 +77,12 @@ PING_LIMITS = StreamLimits(max_frame=16 * 1024, read_timeout=5.0, write_timeout=
 # The largest gossip item we publish or accept: gossip carries hashes, roots and
 # signatures; tensors go over streams (GossipSub drops > 1 MiB without a word).
 MAX_GOSSIP_BYTES = 64 * 1024
-# How often the bootstrap loop checks that its peer is still connected.
-CONNECTION_CHECK_INTERVAL = 0.5
+# The peer loops wake on every connect and disconnect; this bounds the wait for an
+# event that libp2p failed to report.
+PEER_CHECK_INTERVAL = 10.0
+# The peer-target loop leaves a peer alone this long after a failed dial or a
+# disconnect (no redial loops against a peer that closes on us).
+PEER_DIAL_COOLDOWN = 60.0
 
 
 # -- identity ----------------------------------------------------------------------
@@ -115,6 +129,12 @@ class GossipSettings:
     max_message: int = MAX_GOSSIP_BYTES
     # Messages waiting for a topic's handler; beyond this they are dropped and counted.
     handler_queue: int = 1024
+
+    @classmethod
+    def of_degree(cls, degree: int, **settings: Any) -> "GossipSettings":
+        """GossipSub's proportions around mesh degree ``degree``: low 2/3 of it, high twice it."""
+        degree = max(1, degree)
+        return cls(degree=degree, degree_low=max(1, 2 * degree // 3), degree_high=2 * degree, **settings)
 
 
 @dataclass(frozen=True)
@@ -287,6 +307,7 @@ class NodeHost:
         request_timeout: float = 10.0,
         reconnect_min: float = 0.25,
         reconnect_max: float = 10.0,
+        peer_target: int = 8,
         roles: Sequence[str] = (),
         version: str = "",
     ) -> None:
@@ -302,6 +323,9 @@ class NodeHost:
         self._listen = Multiaddr(listen)
         self._bootstrap = [self._parse_peer_addr(a) for a in bootstrap]
         self._reconnect = (reconnect_min, reconnect_max)
+        self.peer_target = peer_target
+        self._connections_changed = trio.Event()
+        self._left_alone_until: dict[ID, float] = {}  # peer-target loop: monotonic time
         self._gossip_settings = gossip
         self._handlers: dict[str, Callable[[Any], Awaitable[None]]] = {}
         self._scope = trio.CancelScope()
@@ -339,9 +363,14 @@ class NodeHost:
             ),
             enable_mDNS=False,
         )
+        network = self.libp2p.get_network()
         # Our bootstrap loop owns retries and backoff; the swarm's own retries
         # would only stretch each failed dial.
-        self.libp2p.get_network().retry_config = RetryConfig(max_retries=0)
+        network.retry_config = RetryConfig(max_retries=0)
+        # The host keeps its own peer target (_keep_peer_target).
+        network.auto_connector = _IdleAutoConnector(network)
+        network.register_notifee(_ConnectionEvents(self))
+        self.metrics.peers.set_function(lambda: len(self.connected_peers()))
         s = self._gossip_settings
         router = GossipSub(
             protocols=[GOSSIP_V11, GOSSIP_V10],  # v1.2 queues an IDONTWANT per message
@@ -374,7 +403,7 @@ class NodeHost:
                             self.gossip._attach(nursery)
                             for addr, peer in self._bootstrap:
                                 nursery.start_soon(self._keep_connected, addr, peer)
-                            nursery.start_soon(self._count_peers)
+                            nursery.start_soon(self._keep_peer_target)
                             log.info("host %s listening on %s", self.peer_id, ", ".join(self.listen_addrs))
                             task_status.started(self)
                             await trio.sleep_forever()
@@ -493,22 +522,58 @@ class NodeHost:
         low, high = self._reconnect
         delay = low
         while True:
-            if not self.is_connected(peer):
-                try:
-                    await self._dial(addr, peer)
-                    log.info("connected to bootstrap peer %s", peer)
-                    delay = low
-                except PeerError as error:
-                    log.info("bootstrap %s: %s; retrying in %.2g s", addr, error, delay)
-                    await trio.sleep(delay)
-                    delay = min(delay * 2, high)
-                    continue
-            await trio.sleep(CONNECTION_CHECK_INTERVAL)
+            if self.is_connected(peer):
+                await self._wait_connections_changed()
+                continue
+            try:
+                await self._dial(addr, peer)
+                log.info("connected to bootstrap peer %s", peer)
+                delay = low
+            except PeerError as error:
+                log.info("bootstrap %s: %s; retrying in %.2g s", addr, error, delay)
+                await trio.sleep(delay)
+                delay = min(delay * 2, high)
 
-    async def _count_peers(self) -> None:
+    async def _keep_peer_target(self) -> None:
+        """Dial peers heard of from others while fewer than ``peer_target`` are connected,
+        one at a time, so that losing the bootstrap peers does not cut the node off."""
+        peerstore = self.libp2p.get_peerstore()
         while True:
-            self.metrics.peers.set(len(self.connected_peers()))
-            await trio.sleep(1.0)
+            if len(self.connected_peers()) >= self.peer_target:
+                await self._wait_connections_changed()
+                continue
+            now = time.monotonic()
+            candidates = [
+                peer for peer in peerstore.peers_with_addrs()
+                if peer != self.peer_id and not self.is_connected(peer)
+                and self._left_alone_until.get(peer, now) <= now
+            ]
+            if not candidates:
+                await self._wait_connections_changed()
+                continue
+            peer = random.choice(candidates)
+            try:
+                await self._dial_known(peer)
+            except PeerError as error:
+                self._left_alone_until[peer] = time.monotonic() + PEER_DIAL_COOLDOWN
+                log.debug("peer target: %s", error)
+
+    async def _dial_known(self, peer: ID) -> None:
+        addrs = self.libp2p.get_peerstore().addrs(peer)
+        if not addrs:
+            raise PeerUnreachable("no address known", peer=peer)
+        await self._dial(addrs[0].encapsulate(Multiaddr(f"/p2p/{peer}")), peer)
+
+    async def _wait_connections_changed(self) -> None:
+        """Until a connection opens or closes (or PEER_CHECK_INTERVAL passes)."""
+        with trio.move_on_after(PEER_CHECK_INTERVAL):
+            await self._connections_changed.wait()
+
+    def _connection_event(self, lost: ID | None = None) -> None:
+        if lost is not None:
+            self._left_alone_until[lost] = time.monotonic() + PEER_DIAL_COOLDOWN
+        self._connections_changed.set()
+        self._connections_changed = trio.Event()
 
     def _on_peer_error(self, peer: ID, error: PeerError) -> None:
         self.metrics.peer_error(error)
@@ -618,3 +683,36 @@ async def open_host(seed: bytes, **options: Any) -> AsyncIterator[NodeHost]:
         finally:
             await host.aclose()
 
+
+class _IdleAutoConnector(AutoConnector):
+    """libp2p's auto-connector dials every peer it hears of until it holds the midpoint of
+    its watermarks, 200 connections: a 200-node testnet became a full mesh, and one
+    100-node loop spent a core on it (0.34 cores without). It never starts here."""
+
+    async def start(self) -> None:
+        return None
+
+
+class _ConnectionEvents(INotifee):
+    """Wakes the host's peer loops on every connect and disconnect."""
+
+    def __init__(self, host: NodeHost) -> None:
+        self._host = host
+
+    async def connected(self, network: Any, conn: Any) -> None:
+        self._host._connection_event()
+
+    async def disconnected(self, network: Any, conn: Any) -> None:
+        self._host._connection_event(lost=conn.muxed_conn.peer_id)
+
+    async def opened_stream(self, network: Any, stream: Any) -> None:
+        return None
+
+    async def closed_stream(self, network: Any, stream: Any) -> None:
+        return None
+
+    async def listen(self, network: Any, multiaddr: Multiaddr) -> None:
+        return None
+
+    async def listen_close(self, network: Any, multiaddr: Multiaddr) -> None:
+        return None

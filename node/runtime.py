@@ -57,9 +57,11 @@ class Node:
             listen=config.listen,
             bootstrap=config.bootstrap,
             metrics=self.metrics,
-            gossip=GossipSettings(heartbeat=config.gossip_heartbeat, publish_interval=config.gossip_publish_interval),
+            gossip=GossipSettings.of_degree(config.gossip_degree, heartbeat=config.gossip_heartbeat,
+                                            publish_interval=config.gossip_publish_interval),
             dial_timeout=config.dial_timeout,
             request_timeout=config.request_timeout,
+            peer_target=config.peer_target,
             roles=config.roles,
             version=VERSION,
         )

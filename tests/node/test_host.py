@@ -15,6 +15,7 @@ from nacl.signing import VerifyKey
 
 from node.datadir import peer_id_text
 from node.errors import LocalError, PeerTimeout, PeerUnreachable, ProtocolNotSupported, RemoteError
+from node import host as host_module
 from node.host import NodeHost, identity_from_seed, open_host, peer_id_from_seed, peer_id_of_key, public_key_of
 from node.streams import RequestRefused
 
@@ -170,6 +171,29 @@ async def test_bootstrap_peer_is_redialled_after_it_restarts():
         a2 = await nursery.start(NodeHost(seed, listen=f"/ip4/127.0.0.1/tcp/{port}").run)
         await wait_until(lambda: b.is_connected(a2.peer_id), timeout=10)
         await b.ping(a2.peer_id)
+        nursery.cancel_scope.cancel()
+
+
+@trio_test()
+async def test_a_host_dials_peers_it_heard_of_up_to_its_peer_target(monkeypatch):
+    monkeypatch.setattr(host_module, "PEER_CHECK_INTERVAL", 0.1)
+    async with trio.open_nursery() as nursery:
+        others = [await nursery.start(NodeHost(os.urandom(32), peer_target=0).run) for _ in range(4)]
+        host = await nursery.start(NodeHost(os.urandom(32), peer_target=2).run)
+        for other in others:
+            address = Multiaddr(other.listen_addrs[0].split("/p2p/")[0])
+            host.libp2p.get_peerstore().add_addrs(other.peer_id, [address], 3600)
+        await wait_until(lambda: len(host.connected_peers()) == 2)
+        # libp2p's own auto-connector, which aims at 200 connections, stays idle
+        await host.libp2p.get_network().auto_connector.maybe_connect()
+        await trio.sleep(0.5)
+        assert len(host.connected_peers()) == 2
+        # a peer that leaves is replaced by another, not redialled at once
+        lost = host.connected_peers()[0]
+        await host.disconnect(lost)
+        await wait_until(lambda: len(host.connected_peers()) == 2 and not host.is_connected(lost))
+        await trio.sleep(0.5)
+        assert not host.is_connected(lost)
         nursery.cancel_scope.cancel()
 
 
