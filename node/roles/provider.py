@@ -18,6 +18,7 @@ files (`runner.StoredRunOracle`), or from the deviating run of a ``--cheat`` pro
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from typing import Any
@@ -84,6 +85,10 @@ class ProviderRole:
 
     async def _advertise(self) -> None:
         ctx = self.ctx
+        # The first advert waits a random part of the interval: in a network started all at
+        # once, every advert reaching every node together is a flood (200 in-process nodes:
+        # the loop was still delivering start-up adverts minutes after the last node started).
+        await trio.sleep(random.uniform(0, self.config.advert_interval))
         while True:
             advert = Advert(str(ctx.host.peer_id), ctx.host.listen_addrs, self.price_per_step,
                             max(0, self.config.capacity - len(self.working)), ctx.chain.account, ctx.chain.address)
@@ -344,8 +349,12 @@ class ProviderRole:
         ctx = self.ctx
         chain = ctx.chain
         s = chain.settlement
+        started = True
         while True:
             await trio.sleep(SETTLE_POLL)
+            if not self.working and not started:
+                continue  # nothing to settle or be paid for: no chain reads (a busy chain serves many nodes)
+            started = False
             for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
                 if job.state not in ("committed", "delivered"):
                     continue
