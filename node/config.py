@@ -45,6 +45,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("audit_rate", float, 1.0, "auditor: fraction of each provider's checkpoint intervals it replays (1: all)", "--audit-rate"),
     Setting("audit_jobs", float, 1.0, "auditor: fraction of announced jobs it audits", "--audit-jobs"),
     Setting("advert_interval", float, 2.0, "provider: seconds between two gossip adverts of its capacity and price; client: adverts count for three of these (30 s at least)"),
+    Setting("regossip_interval", float, 10.0, "client and provider: seconds between repeats of a job's announcement and of a commitment notice, while auditors may still need them (gossip can lose one)"),
     Setting("metrics_listen", str, "127.0.0.1:0", "host:port of the Prometheus endpoint; empty to disable", "--metrics-listen"),
     Setting("log_level", str, "info", "level of gavel's own log", "--log-level", LOG_LEVELS),
     Setting("libp2p_log_level", str, "critical", "level of libp2p's log (noisy below 'error')", "--libp2p-log-level", LOG_LEVELS),

@@ -62,7 +62,6 @@ ADVERT_FRESH = 30.0
 ADVERTS_KEPT = 3
 POLL = 1.0
 DONE_STATES = ("settled", "unfilled", "failed")
-ANNOUNCE_INTERVAL = 10.0
 # A result fetch cut off by the network is tried again (after 2, 4, 8 s); a wrong result is not.
 RESULT_ATTEMPTS = 4
 RESULT_RETRY_DELAY = 2.0
@@ -301,7 +300,7 @@ class ClientRole:
                                        ctx.host.listen_addrs).to_wire()
         while time.time() < cj.record["deadlines"]["challenge_by"] and cj.state not in DONE_STATES:
             await ctx.publish(TOPIC_JOBS, announcement)
-            await trio.sleep(ANNOUNCE_INTERVAL)
+            await trio.sleep(ctx.config.regossip_interval)
 
     async def drive(self, cj: ClientJob) -> None:
         if cj.state not in ("submitted", "opened"):

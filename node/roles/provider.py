@@ -47,7 +47,6 @@ ACTIVE_STATES = ("accepted", "trained", "committed", "delivered")
 COMMITMENT_SEQ = 1  # a provider's commitment is its first message in a job; disputes use later blocks
 DELIVERY_RETRY_MAX = 10.0
 SETTLE_POLL = 3.0
-REGOSSIP_INTERVAL = 10.0
 SEATS_POLL = 1.0
 
 
@@ -273,7 +272,7 @@ class ProviderRole:
         notice = CommitmentNotice(commitment, ctx.chain.account, ctx.host.listen_addrs).to_wire()
         while time.time() < until:
             await ctx.publish(TOPIC_COMMITMENTS, notice)
-            await trio.sleep(REGOSSIP_INTERVAL)
+            await trio.sleep(ctx.config.regossip_interval)
 
     # -- serving -------------------------------------------------------------------------
 

@@ -44,15 +44,21 @@ EXTRA_LINKS = 2
 OBSERVER = "observer"
 PEER_RECORD_OFF = 1e9  # seconds
 REFEREE_RECEIVED = ("open", "recv")  # log entries of a referee session that carry a party's move
-# Every job names the providers it is offered to, so adverts only keep clients' lists fresh: few suffice.
-# Every advert reaches every node, each delivery costing about a millisecond of Python (one in-process
-# network of 50 idle nodes: 0.36 cores with no adverts, a whole core with 2 adverts a second), so the
-# interval grows with providers x nodes, keeping deliveries near ADVERT_DELIVERIES per second.
+# Every gossip message reaches every node, each delivery costing about a millisecond of Python (one
+# in-process network of 50 idle nodes: 0.36 cores with no adverts, a whole core with 2 adverts a second).
+# Repeated gossip therefore thins out as the network grows, keeping its deliveries near GOSSIP_DELIVERIES
+# per second for each kind. Adverts: every job names the providers it is offered to, so adverts only keep
+# clients' lists fresh. Job announcements and commitment notices: the first one goes out at once; repeats
+# only cover a lost message.
 ADVERT_INTERVAL = 5.0
-ADVERT_DELIVERIES = 12.0
+REGOSSIP_INTERVAL = 10.0
+GOSSIP_DELIVERIES = 12.0
 # Many nodes share few cores (in-process: one event loop); a GossipSub heartbeat every 5 s instead of 1 s keeps
 # the mesh's upkeep small. Messages still go out as they are published.
 GOSSIP_HEARTBEAT = 5.0
+# Each gossip message reaches a node about D times: 200 in-process nodes with D = 6 took 4.5 copies of every
+# job announcement and commitment notice per node. Three still leaves every node several paths.
+GOSSIP_DEGREE = 3
 LAG_PROBE = 0.1  # seconds
 # In one process every host shares one event loop: a dial or request takes loop turns that
 # grow with the network (200 nodes: loop lag p99 1.5 s, every dial over the default 5 s).
@@ -93,8 +99,18 @@ def peer_id_of(seed: bytes) -> str:
 
 def advert_interval(options: TestnetOptions) -> float:
     """Seconds between two adverts of one provider: ADVERT_INTERVAL, or longer in a large network."""
-    nodes = options.nodes + options.auditors + options.clients
-    return max(ADVERT_INTERVAL, options.nodes * nodes / ADVERT_DELIVERIES)
+    return max(ADVERT_INTERVAL, options.nodes * _everyone(options) / GOSSIP_DELIVERIES)
+
+
+def regossip_interval(options: TestnetOptions) -> float:
+    """Seconds between two repeats of a job's announcement (its client) or of a commitment notice (each
+    provider of the job): REGOSSIP_INTERVAL, or longer when many jobs run at once in a large network."""
+    running = min(options.jobs, options.max_running or options.jobs)
+    return max(REGOSSIP_INTERVAL, running * (1 + options.replicas) * _everyone(options) / GOSSIP_DELIVERIES)
+
+
+def _everyone(options: TestnetOptions) -> int:
+    return options.nodes + options.auditors + options.clients
 
 
 def node_settings(node: NodePlan, options: TestnetOptions, *, chain: str, listen: str,
@@ -102,8 +118,10 @@ def node_settings(node: NodePlan, options: TestnetOptions, *, chain: str, listen
     """A node's settings; ``shared_loop_nodes``: how many nodes share its event loop (in-process)."""
     values: dict[str, Any] = {
         "roles": [node.role], "chain": chain, "listen": listen, "bootstrap": bootstrap, "stake": options.stake,
-        "capacity": options.capacity, "advert_interval": advert_interval(options), "metrics_listen": "",
+        "capacity": options.capacity, "advert_interval": advert_interval(options),
+        "regossip_interval": regossip_interval(options), "metrics_listen": "",
         "log_file": log_file, "device": "cpu", "gossip_heartbeat": GOSSIP_HEARTBEAT,
+        "gossip_degree": GOSSIP_DEGREE,
     }
     if shared_loop_nodes:
         extra = IN_PROCESS_TIMEOUT_PER_NODE * shared_loop_nodes

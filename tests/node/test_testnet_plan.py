@@ -49,13 +49,19 @@ def test_impossible_options_are_refused(bad):
         TestnetOptions(nodes=6, **bad)
 
 
-def test_adverts_thin_out_as_the_network_grows():
-    from node.testnet.launcher import ADVERT_DELIVERIES, ADVERT_INTERVAL, advert_interval
+def test_repeated_gossip_thins_out_as_the_network_grows():
+    from node.testnet.launcher import (GOSSIP_DELIVERIES, ADVERT_INTERVAL, REGOSSIP_INTERVAL, advert_interval,
+                                       regossip_interval)
 
-    small = TestnetOptions()  # the default testnet keeps the base interval
+    small = TestnetOptions()  # the default testnet keeps the base advert interval and repeats its gossip twice
     assert advert_interval(small) == ADVERT_INTERVAL
+    assert REGOSSIP_INTERVAL <= regossip_interval(small) <= small.challenge_within / 2
     for providers in (45, 190):
-        options = TestnetOptions(nodes=providers, cheaters=1, auditors=5, clients=5)
+        options = TestnetOptions(nodes=providers, cheaters=1, auditors=5, clients=5, jobs=20, replicas=2)
         everyone = providers + 10
-        # every advert reaches every node: deliveries per second stay at the budget
-        assert providers / advert_interval(options) * everyone == pytest.approx(ADVERT_DELIVERIES)
+        # every message reaches every node: deliveries per second stay at the budget
+        assert providers / advert_interval(options) * everyone == pytest.approx(GOSSIP_DELIVERIES)
+        # each running job repeats its announcement and one commitment notice per provider
+        assert 20 * 3 / regossip_interval(options) * everyone == pytest.approx(GOSSIP_DELIVERIES)
+        limited = TestnetOptions(nodes=providers, cheaters=1, auditors=5, clients=5, jobs=20, replicas=2, max_running=4)
+        assert regossip_interval(limited) == pytest.approx(regossip_interval(options) / 5)
