@@ -145,11 +145,21 @@ def make_plan(options: TestnetOptions, jobs_dir: Path) -> TestnetPlan:
                 cheat = drawn.pop()
             nodes.append(NodePlan(name, role, node_seed(options.seed, name), cheat,
                                   options.cheat_rate if cheat else 0.0))
-    order = rng.sample(names[PROVIDER], len(names[PROVIDER]))
+    honest = [name for name in names[PROVIDER] if name not in cheaters]
+    order = _spread(rng.sample(honest, len(honest)), rng.sample(sorted(cheaters), len(cheaters)))
     jobs = tuple(_job(options, i, names[CLIENT][i % options.clients],
                       tuple(order[(i * options.replicas + r) % len(order)] for r in range(options.replicas)), jobs_dir)
                  for i in range(options.jobs))
     return TestnetPlan(options, tuple(nodes), jobs)
+
+
+def _spread(honest: list[str], cheaters: list[str]) -> list[str]:
+    """Providers in the order jobs go to them, the cheaters evenly among the honest: with fewer jobs
+    than providers, cheaters still get their share of the jobs (a 200-node run drew none by chance)."""
+    total = len(honest) + len(cheaters)
+    slots = {(2 * k + 1) * total // (2 * len(cheaters)) for k in range(len(cheaters))}
+    rest_honest, rest_cheaters = iter(honest), iter(cheaters)
+    return [next(rest_cheaters) if i in slots else next(rest_honest) for i in range(total)]
 
 
 def _job(options: TestnetOptions, index: int, client: str, providers: tuple[str, ...], jobs_dir: Path) -> JobPlan:

@@ -35,6 +35,14 @@ def test_replicas_are_distinct_providers_and_every_provider_gets_work(tmp_path):
     assert set(counts.values()) == {4}
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_cheaters_get_their_share_of_few_jobs(tmp_path, seed):
+    plan = make_plan(TestnetOptions(nodes=180, cheaters=18, jobs=20, seed=seed), tmp_path)
+    cheaters = {n.name for n in plan.nodes if n.cheater}
+    assert sum(j.providers[0] in cheaters for j in plan.jobs) == 2
+    assert len({j.providers for j in plan.jobs}) == 20
+
+
 def test_strategies_can_be_chosen(tmp_path):
     plan = make_plan(TestnetOptions(nodes=3, cheaters=3, strategies=("skip-step",)), tmp_path)
     assert [n.cheat for n in plan.nodes if n.cheater] == ["skip-step"] * 3
