@@ -189,6 +189,8 @@ ProgressHook = Callable[["Network"], None]
 class Network:
     """One testnet run: the plan, its nodes' directories, the ledger and the submissions."""
 
+    shared_loop_nodes = 0  # nodes whose hosts share one event loop (in-process: all of them)
+
     def __init__(self, plan: TestnetPlan, out: Path, *, chain: str = "embedded",
                  on_progress: ProgressHook | None = None) -> None:
         self.plan = plan
@@ -220,15 +222,25 @@ class Network:
         from ..roles.chain import ETHER
 
         o = self.options
+        move_timeout, clock = self.dispute_times()
         return SubmitOptions(providers=o.replicas, price=ETHER, stake=ETHER, accept_within=o.accept_within,
                              commit_within=o.commit_within, challenge_within=o.challenge_within,
-                             move_timeout=o.move_timeout, clock=o.clock, provider_addrs=provider_addrs)
+                             move_timeout=move_timeout, clock=clock, provider_addrs=provider_addrs)
+
+    def dispute_times(self) -> tuple[float, float]:
+        """The jobs' dispute move timeout and per-party clock: the options', stretched like the nodes'
+        request timeouts when the nodes share one loop, the clock in proportion (a move is a request:
+        200 in-process nodes with 20 s moves and 40 s requests slashed two honest auditors on timeouts)."""
+        o = self.options
+        move_timeout = o.move_timeout + IN_PROCESS_TIMEOUT_PER_NODE * self.shared_loop_nodes
+        return move_timeout, o.clock * move_timeout / o.move_timeout
 
     @property
     def job_lifetime(self) -> float:
         """Seconds a job may take from submission to settlement when a dispute runs to its ruling deadline."""
         o = self.options
-        ruling = 2 * o.clock + o.move_timeout + 120
+        move_timeout, clock = self.dispute_times()
+        ruling = 2 * clock + move_timeout + 120
         return o.accept_within + o.commit_within + o.challenge_within + ruling + 60
 
     # -- the observer: the contract's events ------------------------------------------------
@@ -416,6 +428,7 @@ class InProcessNetwork(Network):
 
         configure_logging("info", file=self.out / "testnet.log")
         self._plan_nodes()
+        self.shared_loop_nodes = len(self.plan.nodes)
         chain_setting = "embedded"
         anvil = None
         if self.chain_kind == "anvil":
@@ -435,7 +448,7 @@ class InProcessNetwork(Network):
                     bootstrap = [nodes[self.plan.nodes[j].name].host.listen_addrs[0] for j in links[i]]
                     values = node_settings(plan_node, self.options, chain=chain_setting,
                                            listen="/ip4/127.0.0.1/tcp/0", bootstrap=bootstrap, log_file="",
-                                           shared_loop_nodes=len(self.plan.nodes))
+                                           shared_loop_nodes=self.shared_loop_nodes)
                     config = init_node_dir(self.node_dir(plan_node.name), plan_node.seed, values)
                     node = Node(config, plan_node.seed)
                     # The peers table is not needed here, and its recorder dies on a peer known only by an
