@@ -157,7 +157,7 @@ def _spread(honest: list[str], cheaters: list[str]) -> list[str]:
     """Providers in the order jobs go to them, the cheaters evenly among the honest: with fewer jobs
     than providers, cheaters still get their share of the jobs (a 200-node run drew none by chance)."""
     total = len(honest) + len(cheaters)
-    slots = {(2 * k + 1) * total // (2 * len(cheaters)) for k in range(len(cheaters))}
+    slots = {k * total // len(cheaters) for k in range(len(cheaters))}  # the first job goes to a cheater
     rest_honest, rest_cheaters = iter(honest), iter(cheaters)
     return [next(rest_cheaters) if i in slots else next(rest_honest) for i in range(total)]
 

@@ -41,6 +41,9 @@ def test_cheaters_get_their_share_of_few_jobs(tmp_path, seed):
     cheaters = {n.name for n in plan.nodes if n.cheater}
     assert sum(j.providers[0] in cheaters for j in plan.jobs) == 2
     assert len({j.providers for j in plan.jobs}) == 20
+    # one cheater among fifteen and four jobs (the 20-process scale run): it still gets one
+    small = make_plan(TestnetOptions(nodes=15, cheaters=1, jobs=4, seed=seed), tmp_path / "small")
+    assert sum(n.cheater for j in small.jobs for n in small.nodes if n.name in j.providers) == 1
 
 
 def test_strategies_can_be_chosen(tmp_path):
