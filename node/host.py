@@ -543,10 +543,11 @@ class NodeHost:
                 await self._wait_connections_changed()
                 continue
             now = time.monotonic()
+            self._left_alone_until = {p: t for p, t in self._left_alone_until.items() if t > now}
             candidates = [
                 peer for peer in peerstore.peers_with_addrs()
                 if peer != self.peer_id and not self.is_connected(peer)
-                and self._left_alone_until.get(peer, now) <= now
+                and peer not in self._left_alone_until
             ]
             if not candidates:
                 await self._wait_connections_changed()

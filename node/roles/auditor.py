@@ -90,6 +90,7 @@ class AuditorRole:
                     await self._mark(job_id, key, "failed", str(error)[:200])
                 except RunStopped:
                     return
+                self._tries.pop((job_id, key), None)  # the audit reached its end
 
     async def _requeue(self, job_id: bytes, key: str, delay: float) -> None:
         await trio.sleep(delay)

@@ -348,12 +348,12 @@ class ProviderRole:
         ctx = self.ctx
         chain = ctx.chain
         s = chain.settlement
-        started = True
+        first_pass = True
         while True:
             await trio.sleep(SETTLE_POLL)
-            if not self.working and not started:
+            if not self.working and not first_pass:
                 continue  # nothing to settle or be paid for: no chain reads (a busy chain serves many nodes)
-            started = False
+            first_pass = False
             for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
                 if job.state not in ("committed", "delivered"):
                     continue
