@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import weakref
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
@@ -43,6 +44,9 @@ from .job_protocols import (
 log = logging.getLogger(__name__)
 
 CHAIN_RETRY_MIN, CHAIN_RETRY_MAX = 1.0, 30.0
+# A chain started alongside the node (anvil in a walkthrough) may take a few seconds to
+# answer: failed attempts in this first while are logged at INFO, later ones as warnings.
+CHAIN_QUIET = 10.0
 ADDR_TTL = 3600
 
 JobOp = Callable[[ID, dict], Awaitable[dict]]
@@ -60,6 +64,19 @@ class PartySpec:
 
 
 PartySource = Callable[[bytes], Awaitable["PartySpec | None"]]
+
+
+class ChainUnreachable(LocalError):
+    """No settlement chain answered within a one-shot command's bound."""
+
+
+def short_reason(text: str) -> str:
+    """The gist of a connection failure: the OS's words (``Connection refused``) when an
+    HTTP library buried them in its own, else the text, cut short."""
+    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
+    if found:
+        return found.group(1).strip()
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 async def _ignore(message: GossipMessage) -> None:
@@ -86,6 +103,7 @@ class RoleContext:
         self.seed = bytes(node.host.signing_key)
         self.chain: ChainBinding | None = None
         self.chain_ready = trio.Event()
+        self.chain_error = ""  # why the last connection attempt failed, while it does
         self.started = trio.Event()
         self.roles: dict[str, Any] = {}
         self.trainings: dict[bytes, tuple[Any, Any]] = {}
@@ -140,25 +158,45 @@ class RoleContext:
                 roles |= bit
         stake = parse_ether(self.config.stake, "stake") if roles & (Role.PROVIDER | Role.AUDITOR) else 0
         delay = CHAIN_RETRY_MIN
+        quiet_until = trio.current_time() + CHAIN_QUIET
         while True:
             try:
-                binding = await trio.to_thread.run_sync(open_binding_sync, self.config, self.seed)
+                # Abandoned when cancelled: a chain that does not answer holds the thread for
+                # the RPC timeout, and a one-shot command that gave up must not wait for it.
+                binding = await trio.to_thread.run_sync(open_binding_sync, self.config, self.seed,
+                                                        abandon_on_cancel=True)
                 await binding.run(binding.ensure_registered_sync, self.identity.node_id, roles, stake)
                 break
             except (LocalError, OSError) as error:
-                log.warning("settlement chain not ready: %s; retrying in %.0f s", error, delay)
+                self.chain_error = f"no chain answers at {self.config.chain} ({short_reason(str(error))})"
             except Exception as error:  # a revert or an RPC error: the chain answered, badly
-                log.warning("settlement chain: %s: %s; retrying in %.0f s", type(error).__name__, error, delay)
+                self.chain_error = f"settlement chain {self.config.chain}: {type(error).__name__}: {error}"
+            level = logging.INFO if trio.current_time() < quiet_until else logging.WARNING
+            log.log(level, "%s; retrying in %.0f s", self.chain_error, delay)
             await trio.sleep(delay)
             delay = min(delay * 2, CHAIN_RETRY_MAX)
+        self.chain_error = ""
         self.chain = binding
         self.host.info["contract"] = binding.address
         self.host.info["account"] = binding.account
         log.info("settlement contract %s, account %s", binding.address, binding.account)
         self.chain_ready.set()
 
-    async def wait_chain(self) -> ChainBinding:
-        await self.chain_ready.wait()
+    async def wait_chain(self, timeout: float | None = None) -> ChainBinding:
+        """The chain binding, once connected. A daemon waits as long as it takes (the
+        connection is retried); a one-shot command passes ``timeout`` and gets
+        ChainUnreachable, naming the last error, when the chain is still failing by then.
+        An attempt under way at the bound (a slow RPC, a registration being mined) is
+        let finish: its failure ends the wait, its success ends it well."""
+        if timeout is None:
+            await self.chain_ready.wait()
+        else:
+            with trio.move_on_after(timeout):
+                await self.chain_ready.wait()
+            while self.chain is None:
+                if self.chain_error:
+                    raise ChainUnreachable(f"{self.chain_error}; gave up after {timeout:g} s")
+                await trio.sleep(0.1)
         assert self.chain is not None
         return self.chain
 
@@ -405,4 +443,4 @@ def context_of(node: Any) -> RoleContext | None:
     return _contexts.get(node)
 
 
-__all__ = ["PartySpec", "RoleContext", "context_of", "run_role"]
+__all__ = ["ChainUnreachable", "PartySpec", "RoleContext", "context_of", "run_role"]
