@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import trio
 from libp2p.peer.id import ID
@@ -62,9 +63,51 @@ ADVERT_FRESH = 30.0
 ADVERTS_KEPT = 3
 POLL = 1.0
 DONE_STATES = ("settled", "unfilled", "failed")
+WAIT_UNTIL = ("verified", "settled")  # where `ClientRole.wait` may stop
 # A result fetch cut off by the network is tried again (after 2, 4, 8 s); a wrong result is not.
 RESULT_ATTEMPTS = 4
 RESULT_RETRY_DELAY = 2.0
+
+
+# A job's windows, when the client does not name them: sized for a local network and for
+# the job. Its three deadlines are fixed at submission (accept_by, then commit_by, then
+# challenge_by, each a window after the one before) and the job settles only after the
+# last, however early the work is done: the windows' sum is how long ``--wait`` waits.
+ACCEPT_WITHIN = 30.0  # providers fetch the bundle, build the program, lock a stake: seconds on loopback
+WINDOW_FLOOR = 60.0  # the commit and challenge windows are never shorter
+WINDOW_MARGIN = 30.0  # added to the estimated work: loading the job, chain transactions, gossip
+# A step's cost on a busy CPU, from its step graph: per operator node (the interpreter's
+# overhead, which dominates small models), per multiply-add of its matrix products, per
+# element written. Measured on this project's 2-core machines: the MLP of
+# scripts/jobs/mlp.toml takes 15 ms a step alone, 0.32 s in a provider beside two other
+# nodes and a test suite (estimated 0.22 s, so its windows are 74 s); the tiny GPT 0.25 s
+# alone (estimated 2.8 s). A GPU only finishes sooner.
+STEP_SECONDS_PER_NODE = 4e-3
+STEP_SECONDS_PER_MAC = 4e-9
+STEP_SECONDS_PER_ELEMENT = 2e-8
+
+
+def estimate_step_seconds(graph: Any) -> float:
+    """An upper estimate of one training step's seconds on a CPU, from its operator graph."""
+    macs = elements = 0
+    for node in graph.nodes:
+        size = math.prod(node.shape)
+        if node.op == "matmul":
+            a = graph.nodes[node.inputs[0]].shape
+            macs += size * (a[-2] if node.attrs.get("transpose_a") else a[-1])
+        else:
+            elements += size
+    return (STEP_SECONDS_PER_NODE * len(graph.nodes) + STEP_SECONDS_PER_MAC * macs
+            + STEP_SECONDS_PER_ELEMENT * elements)
+
+
+def default_windows(training: Any) -> dict[str, float]:
+    """The accept, commit and challenge windows (seconds) of a job, when not given: the
+    providers train the whole job in the commit window, an auditor replays it in the
+    challenge window; each is the job's estimated time and a margin, at least WINDOW_FLOOR."""
+    work = training.spec.steps * estimate_step_seconds(training.graph)
+    window = float(max(WINDOW_FLOOR, math.ceil(WINDOW_MARGIN + work)))
+    return {"accept_within": ACCEPT_WITHIN, "commit_within": window, "challenge_within": window}
 
 
 @dataclass
@@ -72,9 +115,10 @@ class SubmitOptions:
     providers: int = 1
     price: int = ETHER
     stake: int = ETHER
-    accept_within: float = 120.0  # seconds from submission
-    commit_within: float = 600.0  # seconds after the acceptance deadline
-    challenge_within: float = 120.0  # seconds after the commit deadline
+    # Seconds; None: from the job (`default_windows`), when it is submitted.
+    accept_within: float | None = None  # from submission
+    commit_within: float | None = None  # after the acceptance deadline
+    challenge_within: float | None = None  # after the commit deadline
     move_timeout: float = 60.0
     clock: float = 600.0
     provider_addrs: list[str] = field(default_factory=list)
@@ -103,6 +147,10 @@ class ClientJob:
     @property
     def terms(self) -> Any:
         return _terms(self.record)
+
+    def phase(self, now: float) -> "Phase":
+        """Where the job stands at chain time ``now``."""
+        return phase_of(self.state, self.record, now, disputes_running=sum(1 for s in self.sessions if not s.recorded))
 
 
 class ClientRole:
@@ -166,9 +214,11 @@ class ClientRole:
 
     # -- submitting -------------------------------------------------------------------
 
-    async def submit(self, job_file: Path, options: SubmitOptions) -> bytes:
+    async def submit(self, job_file: Path, options: SubmitOptions,
+                     on_open: Callable[[ClientJob], None] | None = None) -> bytes:
         """Open the job on chain and hand it to providers; returns its id once they took it.
-        The rest (results, disputes, settlement) goes on in the background: `wait`."""
+        The rest (results, disputes, settlement) goes on in the background: `wait`.
+        ``on_open`` is called with the job as soon as its deadlines are fixed (to follow it)."""
         from repops_cupy.jobspec import JobSpecError, load_job
 
         from ..training_oracle import job_terms
@@ -184,6 +234,8 @@ class ClientRole:
         file_ids = {name: await ctx.blobs.store.put_file(path) for name, path in files.items()}
         bundle = await ctx.blobs.store.put(encode_bundle(toml_text, file_ids))
         training = await trio.to_thread.run_sync(load_training, Path(job_file))
+        defaults = default_windows(training)
+        options = replace(options, **{k: v for k, v in defaults.items() if getattr(options, k) is None})
         now = max(await chain.run(chain.chain.now), int(time.time()))
         accept_by = now + int(options.accept_within)
         commit_by = accept_by + int(options.commit_within)
@@ -202,9 +254,11 @@ class ClientRole:
             "deadlines": {"accept_by": accept_by, "commit_by": commit_by, "challenge_by": challenge_by},
             "seats": {}, "verdicts": [],
         }
-        cj = ClientJob(job_id, record, "opened", training=training)
+        cj = ClientJob(job_id, record, "submitted", training=training)
         self.jobs[job_id] = cj
         await ctx.save_job(job_id, ROLE, "submitted", record)
+        if on_open is not None:
+            on_open(cj)
         s = chain.settlement
         await chain.run(chain.ensure_funds_sync, options.price)
         await chain.run(lambda: s.open_job(job_id, price=options.price, providers_wanted=options.providers,
@@ -220,9 +274,18 @@ class ClientRole:
             ctx.start_soon(self._settle, cj, name=f"client job {job_id.hex()[:12]}")
         return job_id
 
-    async def wait(self, job_id: bytes) -> dict:
-        """The job's result summary, once it is settled (or failed)."""
+    async def wait(self, job_id: bytes, until: str = "settled") -> dict:
+        """The job's result summary, once it is settled (or failed); with ``until="verified"``,
+        as soon as a checked result is in hand (the job goes on: see `verified_summary`)."""
+        if until not in WAIT_UNTIL:
+            raise ValueError(f"wait until one of {', '.join(WAIT_UNTIL)}, not {until!r}")
         cj = self.jobs[job_id]
+        if until == "verified":
+            while cj.state != "verified" and not cj.done.is_set():
+                with trio.move_on_after(POLL):
+                    await cj.changed.wait()
+            if not cj.done.is_set():
+                return verified_summary(cj)
         await cj.done.wait()
         return cj.record.get("result", {"job": job_id.hex(), "state": cj.state})
 
@@ -699,6 +762,66 @@ class ClientRole:
         await ctx.publish(TOPIC_VERDICTS, {"verdict": session.verdict_envelope.encode()})
 
 
+# -- where a job stands, for people ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Where a client's job stands: ``name`` changes when the job moves on; ``doing`` says
+    what it waits for; ``window`` and ``deadline`` name the on-chain deadline that bounds
+    the wait (unix seconds, chain time; 0 when none)."""
+
+    name: str
+    doing: str
+    window: str = ""
+    deadline: int = 0
+
+
+def phase_of(state: str, record: dict, now: float, *, disputes_running: int = 0) -> Phase:
+    """The phase of a job from its row (state and record) at chain time ``now``."""
+    deadlines = record.get("deadlines", {})
+    seats = record.get("seats", {})
+    wanted = (record.get("options") or {}).get("providers") or len(seats)
+    accept_by, commit_by = deadlines.get("accept_by", 0), deadlines.get("commit_by", 0)
+    challenge_by = deadlines.get("challenge_by", 0)
+    reports = sum(1 for seat in seats.values() if seat.get("report") is not None)
+    if state == "submitted":
+        return Phase("submitted", "opening the job on chain (escrowing its price)", "accept", accept_by)
+    if state == "opened":
+        return Phase("opened", f"waiting for providers to take a seat ({len(seats)} of {wanted} taken)",
+                     "accept", accept_by)
+    if state == "handed":
+        return Phase("handed", f"providers training ({reports} of {len(seats)} results in)", "commit", commit_by)
+    if state == "verifying":
+        what = f"refereeing {disputes_running} dispute(s)" if disputes_running else "checking the results"
+        return Phase("verifying", what, "challenge", challenge_by)
+    if state == "verified":
+        if disputes_running:
+            return Phase("disputed", f"result in hand; refereeing {disputes_running} dispute(s), then settling",
+                         "challenge", challenge_by)
+        if now < challenge_by:
+            return Phase("verified", "result in hand; auditors may still challenge a provider, then settlement",
+                         "challenge", challenge_by)
+        return Phase("settling", "challenge window closed; paying the honest providers on chain")
+    if state == "settled":
+        status = (record.get("result") or {}).get("status", "")
+        return Phase("settled", f"done on chain{f' ({status})' if status else ''}")
+    if state == "unfilled":
+        return Phase("unfilled", "not enough providers took a seat; the price is refunded")
+    return Phase(state, state)
+
+
+def verified_summary(cj: ClientJob) -> dict:
+    """A verified job's summary, before settlement: the checked result and where it came from."""
+    r = cj.record
+    providers = {key: {"peer": seat["peer"], "account": seat["account"],
+                       "outcome": "reported" if seat.get("report") is not None else "no result"}
+                 for key, seat in r["seats"].items()}
+    return {"job": cj.job_id.hex(), "state": cj.state, "result_dir": r.get("result_dir"),
+            "result_from": r.get("result_from"), "trace_root": r.get("trace_root"), "providers": providers,
+            "verdicts": r["verdicts"], "challenge_by": r["deadlines"]["challenge_by"]}
+
+
 def _decode(data: bytes) -> Envelope:
     from protocol import decode_envelope
 
@@ -713,4 +836,4 @@ def _write_result(out: Path, weights: Path, trace_file: Path, job_file: Path) ->
         os.replace(tmp, out / name)
 
 
-__all__ = ["ClientRole", "SubmitOptions"]
+__all__ = ["ClientRole", "Phase", "SubmitOptions", "default_windows", "phase_of", "verified_summary"]
