@@ -1,20 +1,36 @@
 """``gavel submit``: hand a training job to the network and, with ``--wait``, see it through.
 
     gavel submit JOB.toml --data-dir CLIENT_DIR --bootstrap ADDR [--chain URL]
-                 [--providers N] [--price ETHER] [--stake ETHER] [--wait] [--json]
+                 [--providers N] [--price ETHER] [--stake ETHER] [--wait [verified|settled]] [--json]
 
 The command runs a client node on ``--data-dir`` (created on first use, with the client
 role): it signs the job's terms, escrows ``--price`` on the settlement contract, finds
-providers (their gossip adverts, or ``--provider ADDR``) and hands them the job. With
-``--wait`` it stays to receive the results, check them against the commitments, referee
-any dispute (recording each verdict on chain) and settle the job once its challenge
-window closed; it then prints the result directory, the providers' outcomes and the
-verdicts (``--json``: one JSON object on the last line). Without ``--wait`` it stops once
-the providers took the job; ``gavel node start --data-dir CLIENT_DIR --role client``
-picks the job up where it stands.
+providers (their gossip adverts, or ``--provider ADDR``) and hands them the job. Without
+``--wait`` it stops once the providers took the job; ``gavel node start --data-dir
+CLIENT_DIR --role client`` picks the job up where it stands.
 
-Exit status: 0 a checked result (or, without --wait, the job handed over); 1 no result or
-an error; 2 bad usage; 130 interrupted.
+A job lives through three windows, fixed on chain when it is opened, each starting where
+the one before ends: the *accept* window (providers take a seat), the *commit* window
+(they train and commit a trace root) and the *challenge* window (auditors replay the job
+and may dispute a root). The job settles, paying the honest providers, only after the
+challenge window closed, however early the work was done: the windows' sum is how long
+``--wait`` takes. By default the accept window is 30 s and the other two follow the job:
+its steps times a per-step cost estimated from its operator graph, plus a margin, at
+least 60 s each (`node.roles.client.default_windows`); ``--accept-within``,
+``--commit-within`` and ``--challenge-within`` set them.
+
+``--wait`` (``--wait settled``) stays until settlement: it receives the results, checks
+them against the commitments, referees any dispute (recording each verdict on chain) and
+settles the job; ``--wait verified`` stops as soon as a checked result is in hand, and
+says how to keep refereeing and settling the job. While it waits it prints a line at
+each phase (with the window that bounds it and its on-chain deadline) and a countdown
+line every 20 s (on a terminal: one status line kept up to date), then the result
+directory, the providers' outcomes and the verdicts (``--json``: one JSON object on the
+last line).
+
+Exit status: 0 a checked result (settled, or verified with ``--wait verified``), or
+without --wait the job handed over; 1 no result, or an error (no chain answering within
+``--chain-timeout`` seconds, say); 2 bad usage; 130 interrupted.
 """
 from __future__ import annotations
 
@@ -22,6 +38,7 @@ import argparse
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 
 import trio
@@ -29,27 +46,50 @@ import trio
 from .errors import NodeError
 
 EXIT_INTERRUPTED = 130
+PROGRESS_EVERY = 20.0  # seconds between two countdown lines when stdout is not a terminal
+CHAIN_TIME_EVERY = 10.0  # seconds between two readings of the chain's clock
+
+EPILOG = """\
+windows: a job's accept, commit and challenge windows follow one another from submission,
+are fixed on chain, and the job settles only after the challenge window closes. Defaults:
+accept 30 s; commit and challenge each the job's estimated training time on a busy CPU plus
+30 s, at least 60 s (scripts/jobs/mlp.toml: 30 + 74 + 74 s, so --wait takes about 3 minutes).
+
+exit status: 0 a checked result (settled; or verified, with --wait verified), or without
+--wait the job handed over; 1 no result, or an error (such as no chain answering within
+--chain-timeout); 2 bad usage; 130 interrupted.
+"""
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gavel submit", description="submit a training job to the gavel network")
+    p = argparse.ArgumentParser(prog="gavel submit", description="submit a training job to the gavel network",
+                                usage="gavel submit JOB.toml --data-dir DIR [options] (see --help)",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("job", type=Path, help="the job file (TOML)")
     p.add_argument("--data-dir", required=True, type=Path, help="the client node's data directory (created if missing)")
     p.add_argument("--bootstrap", action="append", default=[], help="a peer to join the network through (repeatable)")
     p.add_argument("--provider", action="append", default=[], help="offer the job to this provider first (repeatable)")
     p.add_argument("--chain", help="settlement chain: 'embedded' or a JSON-RPC URL (default: the data directory's)")
+    p.add_argument("--chain-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="give up when the chain still fails to answer after this many seconds (default 5)")
     p.add_argument("--contract", help="settlement contract address (default: the chain's dev deployment)")
     p.add_argument("--listen", help="libp2p address to listen on")
     p.add_argument("--providers", type=int, default=1, help="providers to train the job (default 1)")
     p.add_argument("--price", default="1", help="ether escrowed for the job, shared by its honest providers (default 1)")
     p.add_argument("--stake", default="1", help="ether each provider locks while it holds a seat (default 1)")
-    p.add_argument("--accept-within", type=float, default=120, help="seconds providers have to take the job")
-    p.add_argument("--commit-within", type=float, default=600, help="seconds after that to commit a result")
-    p.add_argument("--challenge-within", type=float, default=120, help="seconds after that for challenges")
-    p.add_argument("--move-timeout", type=float, default=60, help="seconds a dispute party has for one move")
-    p.add_argument("--clock", type=float, default=600, help="seconds a dispute party has for all its moves")
+    p.add_argument("--accept-within", type=float, metavar="SECONDS",
+                   help="seconds from submission for providers to take the job (default 30)")
+    p.add_argument("--commit-within", type=float, metavar="SECONDS",
+                   help="seconds after that to train and commit a result (default: from the job's size, at least 60)")
+    p.add_argument("--challenge-within", type=float, metavar="SECONDS",
+                   help="seconds after that for auditors to replay and challenge; the job settles when it closes "
+                        "(default: from the job's size, at least 60)")
+    p.add_argument("--move-timeout", type=float, default=60, help="seconds a dispute party has for one move (default 60)")
+    p.add_argument("--clock", type=float, default=600, help="seconds a dispute party has for all its moves (default 600)")
     p.add_argument("--out", type=Path, help="result directory (default DATA_DIR/results/JOB_ID)")
-    p.add_argument("--wait", action="store_true", help="stay until the job is settled and print its result")
+    p.add_argument("--wait", nargs="?", const="settled", choices=("verified", "settled"),
+                   help="stay until the job is settled (the default) or only until its result is verified, "
+                        "showing each phase with its deadline, and print the result")
     p.add_argument("--json", action="store_true", help="end with the result as one line of JSON")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                    help="level of the node's log on stderr (default warning)")
@@ -61,18 +101,25 @@ def submit_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.providers < 1:
         parser.error("--providers must be at least 1")
+    for flag in ("accept_within", "commit_within", "challenge_within", "move_timeout", "clock", "chain_timeout"):
+        value = getattr(args, flag)
+        if value is not None and not value > 0:
+            parser.error(f"--{flag.replace('_', '-')} must be a positive number of seconds")
     from .roles.chain import parse_ether
     from .roles.client import SubmitOptions
 
     try:
-        options = SubmitOptions(
-            providers=args.providers, price=parse_ether(args.price, "--price"), stake=parse_ether(args.stake, "--stake"),
-            accept_within=args.accept_within, commit_within=args.commit_within,
-            challenge_within=args.challenge_within, move_timeout=args.move_timeout, clock=args.clock,
-            provider_addrs=list(args.provider), out=str(args.out.resolve()) if args.out else "",
-        )
-        if options.price <= 0 or options.stake <= 0:
-            parser.error("--price and --stake must be positive")
+        price, stake = parse_ether(args.price, "--price"), parse_ether(args.stake, "--stake")
+    except NodeError as error:
+        parser.error(str(error))
+    if price <= 0 or stake <= 0:
+        parser.error("--price and --stake must be positive")
+    options = SubmitOptions(
+        providers=args.providers, price=price, stake=stake, accept_within=args.accept_within,
+        commit_within=args.commit_within, challenge_within=args.challenge_within, move_timeout=args.move_timeout,
+        clock=args.clock, provider_addrs=list(args.provider), out=str(args.out.resolve()) if args.out else "",
+    )
+    try:
         config, seed = _open(args)
     except NodeError as error:
         print(f"gavel submit: {error}", file=sys.stderr)
@@ -116,6 +163,17 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+def follow_command(config, args: argparse.Namespace) -> str:
+    """The command that runs this client on, to referee and settle its jobs."""
+    parts = ["gavel node start --data-dir", str(config.data_dir), "--role client"]
+    for flag, value in (("--chain", args.chain), ("--contract", args.contract)):
+        if value:
+            parts += [flag, value]
+    for addr in args.bootstrap:
+        parts += ["--bootstrap", addr]
+    return " ".join(parts)
+
+
 async def _run(config, seed: bytes, args: argparse.Namespace, options) -> int:
     from .roles.context import context_of
     from .runtime import Node
@@ -138,33 +196,137 @@ async def _run(config, seed: bytes, args: argparse.Namespace, options) -> int:
             while (ctx := context_of(node)) is None or "client" not in ctx.roles:
                 await trio.sleep(0.05)
             client = ctx.roles["client"]
-            await ctx.wait_chain()
+            await ctx.wait_chain(args.chain_timeout)
             _say(f"settlement contract {ctx.chain.address} on {config.chain}, account {ctx.chain.account}")
-            job_id = await client.submit(args.job.resolve(), options)
-            cj = client.jobs[job_id]
-            _say(f"job {job_id.hex()}: {cj.state}, {len(cj.record['seats'])} provider(s)")
-            if cj.state != "handed":
-                code = 1
-            elif not args.wait:
-                _say(f"to follow it: gavel node start --data-dir {config.data_dir} --role client")
-                code = 0
-            else:
-                async with trio.open_nursery() as progress:
-                    progress.start_soon(_report_progress, cj)
-                    result = await client.wait(job_id)
-                    progress.cancel_scope.cancel()
-                code = _print_result(result, args.json)
+            progress = Progress(ctx.chain, tty=sys.stdout.isatty())
+            async with trio.open_nursery() as watchers:
+                job_id = await client.submit(args.job.resolve(), options,
+                                             on_open=lambda cj: watchers.start_soon(progress.follow, cj))
+                cj = client.jobs[job_id]
+                progress.say(f"job {job_id.hex()}: {cj.state}, {len(cj.record['seats'])} provider(s)")
+                if cj.state != "handed":
+                    code = 1
+                elif not args.wait:
+                    progress.say(f"to follow it: {follow_command(config, args)}")
+                    code = 0
+                else:
+                    result = await client.wait(job_id, args.wait)
+                    await progress.show(cj)
+                    watchers.cancel_scope.cancel()
+                    progress.clear()
+                    code = _print_result(result, args.json)
+                    if cj.state == "verified":
+                        _say(_still_open(cj, progress.now(), follow_command(config, args)))
+                watchers.cancel_scope.cancel()
             nursery.cancel_scope.cancel()
     return EXIT_INTERRUPTED if interrupted else code
 
 
-async def _report_progress(cj) -> None:
-    seen = cj.state
-    while True:
-        await cj.changed.wait()
-        if cj.state != seen:
-            seen = cj.state
-            _say(f"job {cj.job_id.hex()}: {seen}")
+class Progress:
+    """Tells the user where a job stands: a line at each phase, with the window that bounds
+    it, its on-chain deadline and the time left; then a countdown line every PROGRESS_EVERY
+    seconds, or, on a terminal, one status line rewritten every second."""
+
+    def __init__(self, chain, *, tty: bool) -> None:
+        self.chain = chain
+        self.tty = tty
+        self.lead = 0.0  # seconds the chain's clock is ahead of ours (never behind: the client uses the later)
+        self._read_at = -CHAIN_TIME_EVERY
+        self._status = False  # a status line is on screen (tty)
+        self._shown: dict[bytes, str] = {}  # the phase last shown, per job
+
+    def now(self) -> float:
+        """Chain time, as the client reckons deadlines: the later of the chain's clock and ours."""
+        return time.time() + self.lead
+
+    async def _read_chain_time(self) -> None:
+        if time.monotonic() - self._read_at < CHAIN_TIME_EVERY:
+            await trio.lowlevel.checkpoint()
+            return
+        self._read_at = time.monotonic()
+        try:
+            with trio.move_on_after(5):
+                chain_now = await self.chain.run(self.chain.chain.now)
+                self.lead = max(0.0, chain_now - time.time())
+        except Exception:  # the countdown goes on with the last reading
+            pass
+
+    def clear(self) -> None:
+        if self._status:
+            sys.stdout.write("\r\x1b[K")
+            sys.stdout.flush()
+            self._status = False
+
+    def say(self, text: str) -> None:
+        self.clear()
+        _say(text)
+
+    def line(self, cj, phase, *, countdown: bool = False) -> str:
+        head = f"job {cj.job_id.hex()[:12]}…: "
+        if countdown:
+            text = f"{head}{phase.name}, {phase.doing}"
+        else:
+            text = f"{head}{phase.name} — {phase.doing}"
+        if phase.deadline:
+            left = phase.deadline - self.now()
+            when = time.strftime("%H:%M:%S UTC", time.gmtime(phase.deadline))
+            if left > 0:
+                text += f"; {phase.window} window closes in {format_duration(left)} (chain time {when})"
+            else:
+                text += f"; {phase.window} window closed {format_duration(-left)} ago (chain time {when})"
+        return text
+
+    async def show(self, cj) -> None:
+        """The job's phase line now, if it moved on since the last one."""
+        await self._read_chain_time()
+        phase = cj.phase(self.now())
+        if phase.name != self._shown.get(cj.job_id):
+            self._shown[cj.job_id] = phase.name
+            self.say(self.line(cj, phase))
+
+    async def follow(self, cj) -> None:
+        """Until cancelled: phase lines as the job moves on, countdowns in between."""
+        last = time.monotonic()
+        while True:
+            await self.show(cj)
+            if self.tty:
+                text = self.line(cj, cj.phase(self.now()), countdown=True)
+                sys.stdout.write("\r\x1b[K" + text[: _columns() - 1])
+                sys.stdout.flush()
+                self._status = True
+            elif time.monotonic() - last >= PROGRESS_EVERY:
+                last = time.monotonic()
+                self.say(self.line(cj, cj.phase(self.now()), countdown=True))
+            with trio.move_on_after(1.0):
+                await cj.changed.wait()
+            if cj.done.is_set():
+                await self.show(cj)
+
+
+def _columns() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def format_duration(seconds: float) -> str:
+    """``1h02m``, ``1m40s`` or ``45s``."""
+    s = max(0, int(round(seconds)))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def _still_open(cj, now: float, command: str) -> str:
+    challenge_by = cj.record["deadlines"]["challenge_by"]
+    left = challenge_by - now
+    when = time.strftime("%H:%M:%S UTC", time.gmtime(challenge_by))
+    closes = f"closes in {format_duration(left)}" if left > 0 else f"closed {format_duration(-left)} ago"
+    return (f"the job is not settled: its challenge window {closes} (chain time {when}); auditors may still "
+            f"challenge a provider, and this client referees those disputes and settles the job (its price is "
+            f"escrowed until then). To go on with it: {command}")
 
 
 def _print_result(result: dict, as_json: bool) -> int:

@@ -1,0 +1,178 @@
+"""``gavel submit``: the job's windows, its phases as the user sees them, ``--wait verified``,
+usage errors and a chain that does not answer."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import trio
+
+from node.roles.client import (
+    ACCEPT_WITHIN, WINDOW_FLOOR, WINDOW_MARGIN, SubmitOptions, default_windows, estimate_step_seconds, phase_of,
+)
+from node.roles.jobfiles import load_training
+from node.submit_cli import Progress, format_duration
+
+from .conftest import trio_test
+from .test_roles_support import advance_embedded_chain, role, start_node, write_job
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- windows ------------------------------------------------------------------------------
+
+
+def test_default_windows_follow_the_job_with_a_floor(tmp_path):
+    tiny = load_training(write_job(tmp_path))
+    assert default_windows(tiny) == {"accept_within": ACCEPT_WITHIN, "commit_within": WINDOW_FLOOR,
+                                     "challenge_within": WINDOW_FLOOR}
+    mlp = load_training(REPO / "scripts" / "jobs" / "mlp.toml")
+    per_step = estimate_step_seconds(mlp.graph)
+    windows = default_windows(mlp)
+    assert windows["commit_within"] == windows["challenge_within"] >= WINDOW_MARGIN + mlp.spec.steps * per_step
+    # The README's walkthrough promises about three minutes for this job.
+    assert sum(windows.values()) <= 200
+    # Ten times the steps: a longer commit window, and no floor in it.
+    long = SimpleNamespace(spec=SimpleNamespace(steps=10 * mlp.spec.steps), graph=mlp.graph)
+    assert default_windows(long)["commit_within"] > 5 * windows["commit_within"] - 5 * WINDOW_MARGIN
+
+
+def test_a_bigger_step_costs_more():
+    def graph(width: int):
+        leaf = SimpleNamespace(op="leaf", shape=(64, width), inputs=(), attrs={})
+        weight = SimpleNamespace(op="leaf", shape=(width, width), inputs=(), attrs={})
+        product = SimpleNamespace(op="matmul", shape=(64, width), inputs=(0, 1), attrs={})
+        return SimpleNamespace(nodes=[leaf, weight, product])
+
+    assert estimate_step_seconds(graph(1024)) > 10 * estimate_step_seconds(graph(64))
+
+
+# -- phases -------------------------------------------------------------------------------
+
+
+def _record(reports: int = 0, seats: int = 2) -> dict:
+    return {"deadlines": {"accept_by": 1000, "commit_by": 1100, "challenge_by": 1200},
+            "options": {"providers": 2},
+            "seats": {f"k{i}": {"report": {"x": 1} if i < reports else None} for i in range(seats)}}
+
+
+def test_each_state_names_the_window_that_bounds_it():
+    seen = [phase_of("submitted", _record(seats=0), 900), phase_of("opened", _record(seats=1), 950),
+            phase_of("handed", _record(reports=1), 1050), phase_of("verifying", _record(reports=2), 1101),
+            phase_of("verified", _record(reports=2), 1150), phase_of("verified", _record(reports=2), 1201)]
+    assert [p.name for p in seen] == ["submitted", "opened", "handed", "verifying", "verified", "settling"]
+    assert [(p.window, p.deadline) for p in seen] == [("accept", 1000), ("accept", 1000), ("commit", 1100),
+                                                      ("challenge", 1200), ("challenge", 1200), ("", 0)]
+    assert "1 of 2 taken" in seen[1].doing and "1 of 2 results in" in seen[2].doing
+    disputed = phase_of("verified", _record(reports=2), 1150, disputes_running=1)
+    assert disputed.name == "disputed" and "refereeing 1 dispute" in disputed.doing
+    done = phase_of("settled", {**_record(reports=2), "result": {"status": "FINALIZED"}}, 1300)
+    assert done.name == "settled" and "FINALIZED" in done.doing and not done.deadline
+
+
+def test_durations_read_like_a_countdown():
+    assert [format_duration(s) for s in (0, 9.6, 60, 100, 3725)] == ["0s", "10s", "1m00s", "1m40s", "1h02m"]
+
+
+def test_a_progress_line_gives_the_deadline_in_chain_time_and_the_time_left():
+    progress = Progress(chain=None, tty=False)
+    progress.lead = 0.0
+    now = time.time()
+    cj = SimpleNamespace(job_id=bytes.fromhex("ab12" * 16))
+    phase = phase_of("verified", {**_record(reports=2), "deadlines": {"challenge_by": int(now) + 100}}, now)
+    line = progress.line(cj, phase)
+    assert line.startswith("job ab12ab12ab12…: verified — result in hand")
+    assert "challenge window closes in 1m" in line
+    assert time.strftime("(chain time %H:%M:%S UTC)", time.gmtime(int(now) + 100)) in line
+    assert "window closed" in progress.line(cj, phase_of("handed", _record(), now))
+
+
+# -- the client role: windows on chain, phases, waiting until verified --------------------
+
+
+@trio_test(timeout=240)
+async def test_wait_until_verified_returns_the_checked_result_before_settlement(tmp_path):
+    from contracts import JobStatus
+
+    job_file = write_job(tmp_path)
+    async with trio.open_nursery() as nursery:
+        provider = await start_node(nursery, tmp_path / "provider", ["provider"])
+        client = await start_node(nursery, tmp_path / "client", ["client"], bootstrap=provider.host.listen_addrs)
+        client_role = await role(client, "client")
+        await role(provider, "provider")
+        phases: list[str] = []
+
+        async def watch(cj) -> None:
+            while True:
+                name = cj.phase(time.time()).name
+                if not phases or phases[-1] != name:
+                    phases.append(name)
+                with trio.move_on_after(0.2):
+                    await cj.changed.wait()
+
+        async with trio.open_nursery() as watchers:
+            # No windows given: they come from the job, and reach the contract.
+            job_id = await client_role.submit(job_file, SubmitOptions(providers=1, move_timeout=20, clock=60),
+                                              on_open=lambda cj: watchers.start_soon(watch, cj))
+            cj = client_role.jobs[job_id]
+            summary = await client_role.wait(job_id, "verified")
+            assert summary["state"] == "verified" and summary["result_dir"]
+            assert (Path(summary["result_dir"]) / "weights.safetensors").exists()
+            assert cj.state == "verified" and not cj.done.is_set()  # the job goes on
+            deadlines = cj.record["deadlines"]
+            info = await client_role.ctx.chain.run(client_role.ctx.chain.settlement.job, job_id)
+            assert (info.accept_by, info.commit_by, info.challenge_by) == (
+                deadlines["accept_by"], deadlines["commit_by"], deadlines["challenge_by"])
+            assert deadlines["commit_by"] - deadlines["accept_by"] == WINDOW_FLOOR
+            assert deadlines["challenge_by"] - deadlines["commit_by"] == WINDOW_FLOOR
+            assert cj.record["options"]["accept_within"] == ACCEPT_WITHIN
+            advance_embedded_chain(300)
+            result = await client_role.wait(job_id)
+            assert result["status"] == JobStatus.FINALIZED.name
+            await trio.sleep(0.5)
+            watchers.cancel_scope.cancel()
+        order = ["submitted", "opened", "handed", "verifying", "verified", "settling", "settled"]
+        assert phases[0] in ("submitted", "opened") and phases[-1] == "settled"
+        assert [order.index(p) for p in phases] == sorted(order.index(p) for p in phases)
+        with pytest.raises(ValueError):
+            await client_role.wait(job_id, "handed")
+        nursery.cancel_scope.cancel()
+
+
+# -- the command --------------------------------------------------------------------------
+
+
+def submit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "node", "submit", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("flags", [["--price", "-1"], ["--stake", "x"], ["--commit-within", "0"],
+                                   ["--providers", "0"], ["--wait", "forever"]])
+def test_usage_errors_exit_2_with_one_line(tmp_path, flags):
+    job = write_job(tmp_path)
+    done = submit(str(job), "--data-dir", str(tmp_path / "client"), *flags)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("usage: gavel submit") and lines[1].startswith("gavel submit: error:")
+    assert not (tmp_path / "client").exists()
+
+
+@pytest.mark.e2e
+def test_no_chain_answering_ends_a_one_shot_submit_in_seconds(tmp_path):
+    with socket.socket() as probe:  # a loopback port where nothing listens
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    job = write_job(tmp_path)
+    started = time.monotonic()
+    done = submit(str(job), "--data-dir", str(tmp_path / "client"), "--chain", url, "--chain-timeout", "2", "--wait")
+    assert done.returncode == 1, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"gavel submit: no chain answers at {url} (Connection refused)"), line
+    assert time.monotonic() - started < 45  # the bound, and the process's own start-up and shutdown
