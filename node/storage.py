@@ -308,3 +308,25 @@ class Storage:
     @staticmethod
     def _peer(row: sqlite3.Row) -> PeerRecord:
         return PeerRecord(row["peer_id"], json.loads(row["addrs"]), row["last_seen"], row["failures"])
+
+
+def read_snapshot(path: Path) -> tuple[list[Job], list[Dispute]]:
+    """Every job and dispute in the database at ``path``, read without writing to it (no
+    migration, no journal switch): for tools beside a running node, such as ``gavel status``.
+    Empty lists when the node never created its database."""
+    path = Path(path)
+    if not path.exists():
+        return [], []
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=10.0)
+    db.row_factory = sqlite3.Row
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] == 0:
+            return [], []  # the node is still creating its schema
+        jobs = [Job(**dict(r)) for r in db.execute("SELECT * FROM jobs ORDER BY updated")]
+        disputes = [Dispute(**dict(r)) for r in db.execute("SELECT * FROM disputes ORDER BY updated")]
+        return jobs, disputes
+    except sqlite3.Error as error:
+        raise LocalError(f"{path}: {error}") from None
+    finally:
+        db.close()
+
