@@ -2,6 +2,7 @@
 usage errors and a chain that does not answer."""
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -176,3 +177,33 @@ def test_no_chain_answering_ends_a_one_shot_submit_in_seconds(tmp_path):
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"gavel submit: no chain answers at {url} (Connection refused)"), line
     assert time.monotonic() - started < 45  # the bound, and the process's own start-up and shutdown
+
+
+@trio_test(timeout=20)
+async def test_on_a_terminal_the_countdown_is_one_line_kept_up_to_date(monkeypatch, capsys):
+    class Chain:
+        chain = SimpleNamespace(now=lambda: int(time.time()) + 30)  # the chain's clock runs ahead
+
+        async def run(self, fn):
+            return fn()
+
+    now = int(time.time())
+    cj = SimpleNamespace(job_id=bytes(32), state="handed", record=_record(), changed=trio.Event(), done=trio.Event())
+    cj.record["deadlines"] = {"accept_by": now, "commit_by": now + 600, "challenge_by": now + 700}
+    cj.phase = lambda at: phase_of(cj.state, cj.record, at)
+    progress = Progress(Chain(), tty=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(progress.follow, cj)
+        await trio.sleep(2.5)
+        cj.state = "verified"
+        await trio.sleep(1.5)
+        nursery.cancel_scope.cancel()
+    progress.clear()
+    out = capsys.readouterr().out
+    assert 29 <= progress.lead <= 31
+    lines = out.split("\n")
+    assert lines[0].startswith("job 000000000000…: handed — ")
+    left = re.search(r"commit window closes in 9m(\d\d)s", lines[0])
+    assert left and 25 <= int(left.group(1)) <= 31, lines[0]  # 10 minutes, less the chain's lead
+    assert out.count("\r\x1b[K") >= 3  # the status line, rewritten every second
+    assert "job 000000000000…: verified — " in out and out.endswith("\r\x1b[K")
