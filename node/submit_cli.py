@@ -214,9 +214,8 @@ async def _run(config, seed: bytes, args: argparse.Namespace, options) -> int:
                     await progress.show(cj)
                     watchers.cancel_scope.cancel()
                     progress.clear()
-                    code = _print_result(result, args.json)
-                    if cj.state == "verified":
-                        _say(_still_open(cj, progress.now(), follow_command(config, args)))
+                    note = _still_open(cj, progress.now(), follow_command(config, args)) if cj.state == "verified" else ""
+                    code = _print_result(result, args.json, note=note)
                 watchers.cancel_scope.cancel()
             nursery.cancel_scope.cancel()
     return EXIT_INTERRUPTED if interrupted else code
@@ -329,7 +328,7 @@ def _still_open(cj, now: float, command: str) -> str:
             f"escrowed until then). To go on with it: {command}")
 
 
-def _print_result(result: dict, as_json: bool) -> int:
+def _print_result(result: dict, as_json: bool, *, note: str = "") -> int:
     _say(f"job {result.get('job')}: {result.get('status', result.get('state'))}")
     if result.get("result_dir"):
         _say(f"result: {result['result_dir']} (from provider {result['result_from'][:16]}, trace root {result['trace_root']})")
@@ -341,6 +340,8 @@ def _print_result(result: dict, as_json: bool) -> int:
         faults = "; ".join(f"{f['party'][:16]} {f['reason']}" for f in v["faults"]) or "no fault"
         _say(f"dispute {v['dispute'][:16]} (chain #{v['chain_dispute']}): {v['winner']} wins, {faults}; "
              f"{v['rounds']} rounds, step {v['step']} node {v['node']}{'' if v.get('recorded') else ', not on chain'}")
-    if as_json:
+    if note:
+        _say(note)
+    if as_json:  # the last line
         print(json.dumps(result, sort_keys=True), flush=True)
     return 0 if result.get("result_dir") else 1

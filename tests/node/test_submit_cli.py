@@ -2,6 +2,7 @@
 usage errors and a chain that does not answer."""
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
@@ -207,3 +208,14 @@ async def test_on_a_terminal_the_countdown_is_one_line_kept_up_to_date(monkeypat
     assert left and 25 <= int(left.group(1)) <= 31, lines[0]  # 10 minutes, less the chain's lead
     assert out.count("\r\x1b[K") >= 3  # the status line, rewritten every second
     assert "job 000000000000…: verified — " in out and out.endswith("\r\x1b[K")
+
+
+def test_with_wait_verified_the_json_stays_the_last_line(capsys):
+    from node.submit_cli import _print_result
+
+    result = {"job": "ab" * 32, "state": "verified", "result_dir": "/r", "result_from": "cd" * 32,
+              "trace_root": "ef" * 32, "providers": {}, "verdicts": []}
+    assert _print_result(result, True, note="the job is not settled: ...") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"job {'ab' * 32}: verified" and lines[-2].startswith("the job is not settled")
+    assert json.loads(lines[-1]) == result
