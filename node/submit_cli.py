@@ -30,7 +30,8 @@ last line).
 
 Exit status: 0 a checked result (settled, or verified with ``--wait verified``), or
 without --wait the job handed over; 1 no result, or an error (no chain answering within
-``--chain-timeout`` seconds, say); 2 bad usage; 130 interrupted.
+``--chain-timeout`` seconds, say); 2 bad usage; 130 interrupted (a job already opened goes
+on: the command says how to follow it).
 """
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ accept 30 s; commit and challenge each the job's estimated training time on a bu
 
 exit status: 0 a checked result (settled; or verified, with --wait verified), or without
 --wait the job handed over; 1 no result, or an error (such as no chain answering within
---chain-timeout); 2 bad usage; 130 interrupted.
+--chain-timeout); 2 bad usage; 130 interrupted (a job already opened goes on: the command
+says how to follow it).
 """
 
 
@@ -180,6 +182,8 @@ async def _run(config, seed: bytes, args: argparse.Namespace, options) -> int:
 
     interrupted = False
     code = 1
+    progress: Progress | None = None
+    opened = None  # the job, once opened on chain
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
 
@@ -200,8 +204,13 @@ async def _run(config, seed: bytes, args: argparse.Namespace, options) -> int:
             _say(f"settlement contract {ctx.chain.address} on {config.chain}, account {ctx.chain.account}")
             progress = Progress(ctx.chain, tty=sys.stdout.isatty())
             async with trio.open_nursery() as watchers:
-                job_id = await client.submit(args.job.resolve(), options,
-                                             on_open=lambda cj: watchers.start_soon(progress.follow, cj))
+
+                def on_open(cj) -> None:
+                    nonlocal opened
+                    opened = cj
+                    watchers.start_soon(progress.follow, cj)
+
+                job_id = await client.submit(args.job.resolve(), options, on_open=on_open)
                 cj = client.jobs[job_id]
                 progress.say(f"job {job_id.hex()}: {cj.state}, {len(cj.record['seats'])} provider(s)")
                 if cj.state != "handed":
@@ -218,6 +227,11 @@ async def _run(config, seed: bytes, args: argparse.Namespace, options) -> int:
                     code = _print_result(result, args.json, note=note)
                 watchers.cancel_scope.cancel()
             nursery.cancel_scope.cancel()
+    if progress is not None:
+        progress.clear()
+    if interrupted and opened is not None and opened.state not in ("settled", "unfilled", "failed"):
+        print(f"gavel submit: interrupted; job {opened.job_id.hex()} stays open on chain ({opened.state}); "
+              f"to follow it: {follow_command(config, args)}", file=sys.stderr)
     return EXIT_INTERRUPTED if interrupted else code
 
 

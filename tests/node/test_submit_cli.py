@@ -219,3 +219,30 @@ def test_with_wait_verified_the_json_stays_the_last_line(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"job {'ab' * 32}: verified" and lines[-2].startswith("the job is not settled")
     assert json.loads(lines[-1]) == result
+
+
+@pytest.mark.e2e
+def test_an_interrupted_submit_exits_130_and_says_how_to_follow_its_job(tmp_path):
+    import signal
+
+    job = write_job(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "node", "submit", str(job), "--data-dir", str(tmp_path / "client"),
+                             "--chain", "embedded", "--wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        seen = []
+        while not any(": opened — waiting for providers" in line for line in seen):  # nobody will take it
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read()
+            seen.append(line)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == 130, err
+    assert "accept window closes in " in "".join(seen)
+    (line,) = err.strip().splitlines()
+    assert line.startswith("gavel submit: interrupted; job ") and " stays open on chain (opened); to follow it: " \
+        f"gavel node start --data-dir {tmp_path / 'client'} --role client --chain embedded" in line
