@@ -18,6 +18,17 @@ result transfers, checkpoint hashing into the blob store, the commitment, and th
 Both are measured after a warm-up run of two steps, so neither pays the first import of
 the operator libraries or their kernels' first compilation; training alone is timed
 before and after the network run, and the better of the two reported.
+
+Training speed (issue 14): steps per second of `gavel train`'s path (a fresh process that
+builds the job and runs `repops_cupy.train.train` in its main thread, after a two-step
+warm-up) and of a provider node's training of the same job (a client and a provider in
+this process; the provider's own count of the steps and seconds of its run), in rounds
+that alternate the two, so both meet the same load. The ratio node / train should be
+at least 0.9. On a machine whose cores are busy, `gavel train` (all cores, spinning
+kernel threads) can fall far behind the node (one core fewer): the ratio then says
+more about the load than about the node, so each round is printed.
+
+    python scripts/bench_node.py --speed-only                 # MLP, 200 steps, 3 rounds
 """
 from __future__ import annotations
 
@@ -25,6 +36,7 @@ import argparse
 import functools
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +49,7 @@ from node.host import open_host
 from node.logs import configure_logging
 
 ECHO = "/gavel-bench/echo/1"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def report(name: str, value: float, unit: str, detail: str = "") -> None:
@@ -192,27 +205,12 @@ def train_alone(job_file: Path, out_dir: Path) -> tuple[float, str]:
 
 async def submit_to_verified(job_file: Path, directory: Path) -> dict[str, float | str]:
     """Seconds from submission to a checked result, with a client and a provider node here."""
-    from node.datadir import init_datadir, load_seed
     from node.roles.client import SubmitOptions
     from node.roles.context import context_of
-    from node.runtime import Node
-
-    async def start(name: str, roles: list[str], **settings) -> Node:
-        config = init_datadir(directory / name, {"roles": roles, "metrics_listen": "", "advert_interval": 0.5,
-                                                 **settings})
-        node = Node(config, load_seed(config))
-        await nursery.start(node.run)
-        while (ctx := context_of(node)) is None or roles[0] not in ctx.roles:
-            await trio.sleep(0.05)
-        await ctx.wait_chain()
-        return node
 
     async with trio.open_nursery() as nursery:
-        provider = await start("provider", ["provider"])
-        client_node = await start("client", ["client"], bootstrap=provider.host.listen_addrs)
+        provider, client_node = await _provider_and_client(nursery, directory)
         client = context_of(client_node).roles["client"]
-        while not client.adverts:  # the provider's advert has reached the client
-            await trio.sleep(0.05)
         options = SubmitOptions(providers=1, accept_within=600, commit_within=3600, challenge_within=60)
         seen: dict[str, float] = {}  # the provider's job states, when first seen
 
@@ -257,11 +255,98 @@ async def bench_job(source: Path, steps: int, every: int) -> None:
     report("job: submit -> verified / training alone", network["total"] / alone, "x")
 
 
+# `gavel train`'s path in a fresh process, after a warm-up: prints its steps per second.
+_TRAIN_RATE = """
+import sys, time
+from repops_cupy.jobspec import load_job
+from repops_cupy.train import TrainingProgram, train
+spec = load_job(sys.argv[1])
+warm = spec.with_steps(2)
+train(warm, sys.argv[2] + "-warm-up", program=TrainingProgram(warm))
+program = TrainingProgram(spec)
+program.graph
+start = time.perf_counter()
+train(spec, sys.argv[2], program=program)
+print(spec.steps / (time.perf_counter() - start))
+"""
+
+
+def gavel_train_rate(job_file: Path, out_dir: Path) -> float:
+    """Steps per second of `gavel train`'s loop on ``job_file``, in a process of its own."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", _TRAIN_RATE, str(job_file), str(out_dir)], check=True,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path})
+    return float(done.stdout.split()[-1])
+
+
+async def bench_training_speed(source: Path, steps: int, every: int, rounds: int) -> None:
+    """Steps per second of `gavel train` and of a provider node on one job, rounds alternating."""
+    from node.roles.client import SubmitOptions
+    from node.roles.context import context_of
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        job_file = _job_file(tmp_path, source, steps, every)
+        await trio.to_thread.run_sync(train_alone, _job_file(tmp_path, job_file, 2, 1), tmp_path / "warm-up")
+        rows = []
+        async with trio.open_nursery() as nursery:
+            provider, client_node = await _provider_and_client(nursery, tmp_path, capacity=rounds)
+            client, provider_role = context_of(client_node).roles["client"], context_of(provider).roles["provider"]
+            options = SubmitOptions(providers=1, accept_within=600, commit_within=3600, challenge_within=3600)
+            for r in range(rounds):
+                train_rate = await trio.to_thread.run_sync(gavel_train_rate, job_file, tmp_path / f"train{r}")
+                job_id = await client.submit(job_file, options)
+                while job_id not in provider_role.traces:
+                    await trio.sleep(0.02)
+                run = provider_role.runs[job_id]
+                if run.trained_steps != steps:
+                    raise SystemExit(f"the provider trained {run.trained_steps} steps, not {steps}")
+                rows.append((train_rate, run.trained_steps / run.train_seconds))
+            nursery.cancel_scope.cancel()
+    detail = f"{source.stem}, {steps} steps, checkpoint every {every}"
+    for r, (train_rate, node_rate) in enumerate(rows):
+        report(f"speed round {r + 1}: gavel train / provider node", train_rate, "steps/s",
+               f"{node_rate:,.2f} steps/s at the node, ratio {node_rate / train_rate:.2f}")
+    best_train, best_node = max(t for t, _ in rows), max(n for _, n in rows)
+    ratio = statistics.median(n / t for t, n in rows)
+    report("training speed: gavel train (best)", best_train, "steps/s", detail)
+    report("training speed: provider node (best)", best_node, "steps/s", "worker thread of a provider node")
+    report("training speed: node / gavel train", ratio, "x",
+           f"median of {rounds} rounds, target >= 0.9; best / best {best_node / best_train:.2f}")
+
+
+async def _provider_and_client(nursery: trio.Nursery, directory: Path, *, capacity: int = 1):
+    """A provider node and a client node bootstrapped to it, once the provider's advert reached the client."""
+    from node.datadir import init_datadir, load_seed
+    from node.roles.context import context_of
+    from node.runtime import Node
+
+    async def start(name: str, roles: list[str], **settings):
+        config = init_datadir(directory / name, {"roles": roles, "metrics_listen": "", "advert_interval": 0.5,
+                                                 **settings})
+        node = Node(config, load_seed(config))
+        await nursery.start(node.run)
+        while (ctx := context_of(node)) is None or roles[0] not in ctx.roles:
+            await trio.sleep(0.05)
+        await ctx.wait_chain()
+        return node
+
+    provider = await start("provider", ["provider"], capacity=capacity)
+    client_node = await start("client", ["client"], bootstrap=provider.host.listen_addrs)
+    while not context_of(client_node).roles["client"].adverts:
+        await trio.sleep(0.05)
+    return provider, client_node
+
+
 async def main_async(args) -> None:
-    if not args.job_only:
+    if not (args.job_only or args.speed_only):
         await bench_dial_and_requests(args.dials, args.requests)
         await bench_blob(args.size_mib * 2**20, args.rounds)
-    await bench_job(Path(args.job), args.job_steps, args.checkpoint_every)
+    if not args.speed_only:
+        await bench_job(Path(args.job), args.job_steps, args.checkpoint_every)
+    if not args.job_only:
+        await bench_training_speed(Path(args.speed_job), args.speed_steps, args.speed_checkpoint_every,
+                                   args.speed_rounds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,10 +361,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-steps", type=int, default=20, help="steps of that job (default 20)")
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--job-only", action="store_true", help="only the whole-job section")
+    parser.add_argument("--speed-job", default=str(Path(__file__).resolve().parent / "jobs" / "mlp.toml"),
+                        help="the job of the training-speed section (default: the MLP)")
+    parser.add_argument("--speed-steps", type=int, default=200, help="steps of that job (default 200)")
+    parser.add_argument("--speed-checkpoint-every", type=int, default=20)
+    parser.add_argument("--speed-rounds", type=int, default=3, help="rounds of gavel train, then the node")
+    parser.add_argument("--speed-only", action="store_true", help="only the training-speed section")
     args = parser.parse_args(argv)
     if args.quick:
         args.size_mib, args.rounds, args.dials, args.requests = 8, 2, 5, 100
         args.job_steps, args.checkpoint_every = 4, 2
+        args.speed_steps, args.speed_checkpoint_every, args.speed_rounds = 40, 10, 2
     configure_logging("warning")
     print(f"python {sys.version.split()[0]}, trio {trio.__version__}, {os.cpu_count()} CPUs", flush=True)
     trio.run(main_async, args)

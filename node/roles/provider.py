@@ -191,7 +191,8 @@ class ProviderRole:
             if state == "accepted":
                 state = "trained"
                 await ctx.save_job(job_id, ROLE, state, record)
-                log.info("job %s: trained, trace root %s", job_id.hex()[:12], trace.root.hex()[:16])
+                rate = f", {run.trained_steps} steps in {run.train_seconds:.1f} s" if run.trained_steps else ""
+                log.info("job %s: trained%s, trace root %s", job_id.hex()[:12], rate, trace.root.hex()[:16])
             if state == "trained":
                 record["report"] = await self._commit(job_id, signed, run, trace)
                 state = "committed"

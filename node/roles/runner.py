@@ -14,12 +14,27 @@ restarted cheater cheats the same way.
 
 `StoredRunOracle` answers a dispute from the checkpoint files of a finished run: it
 loads a checkpoint's state when the game needs it and recomputes from there.
+
+Kernel threads. A node shares its cores: its own event loop, other roles, and, on a
+machine that runs a small network, other nodes training the same job at once. The
+compiled kernels fan out in gangs (numba's prange over libgomp, oneDNN's int8 GEMM over
+torch's libgomp) whose parallel regions end at a barrier every thread must reach, and
+whose idle workers spin. When more threads want the cores than there are cores, every
+one of the thousands of small parallel regions of a step waits for a descheduled gang
+member: on 2 busy cores a provider trained the MLP job at 3 steps/s, and at 260 with the
+limit below (`scripts/bench_node.py --speed-only`). A run therefore trains with
+`kernel_threads` (every core but one, at most what the process allows), set for its
+worker thread only; the bits do not depend on the thread count.
 """
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +93,8 @@ class JobRun:
         self.schedule = schedule_of(training)
         self._cheat_oracle: TrainingOracle | None = None
         self._cheat_rewrite: Any = None
+        self.trained_steps = 0  # steps this process trained in the last call of `train_sync`
+        self.train_seconds = 0.0  # and the seconds they took
 
     # -- running -----------------------------------------------------------------------
 
@@ -95,8 +112,14 @@ class JobRun:
         return trace
 
     def train_sync(self, stop: threading.Event) -> Trace:
-        """Train (or resume) to the end; blocking, for a worker thread."""
+        """Train (or resume) to the end; blocking, for a worker thread (whose kernel
+        threads it sets for the run, see the module's docstring)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.trained_steps, self.train_seconds = 0, 0.0
+        with limit_kernel_threads(kernel_threads()):
+            return self._train(stop)
+
+    def _train(self, stop: threading.Event) -> Trace:
         done = self.finished_trace()
         if self.cheat:
             if done is None or self._cheat_oracle is None:
@@ -104,8 +127,11 @@ class JobRun:
             return done
         if done is not None:
             return done
+        started = time.perf_counter()
 
         def on_step(step: int, loss: float) -> None:
+            self.trained_steps += 1
+            self.train_seconds = time.perf_counter() - started
             if stop.is_set():
                 raise RunStopped(f"stopped after step {step}")
 
@@ -163,6 +189,48 @@ class JobRun:
     def rewrite(self) -> Any:
         """The cheat's rewrite of its dispute moves, if its strategy has one."""
         return self._cheat_rewrite
+
+
+def kernel_threads() -> int:
+    """Threads for a run's compiled kernels: every core this process may use but one, which
+    its event loop and network keep (at least one)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+@contextmanager
+def limit_kernel_threads(n: int) -> Iterator[None]:
+    """Run this thread's numba and torch kernels on at most `n` threads; restored on exit.
+
+    numba's setting belongs to the calling thread; torch's is also its default for threads
+    that start using it meanwhile. A lower limit already in force (NUMBA_NUM_THREADS,
+    OMP_NUM_THREADS, as a testnet sets them) is kept.
+    """
+    restore = []
+    try:
+        import numba
+    except ImportError:  # the kernels then run as array code, on no threads of their own
+        numba = None
+    if numba is not None:
+        before = numba.get_num_threads()
+        numba.set_num_threads(min(n, before))
+        restore.append(lambda: numba.set_num_threads(before))
+    try:
+        import torch
+    except ImportError:  # the int8 engine is unavailable without torch
+        torch = None
+    if torch is not None:
+        torch_before = torch.get_num_threads()
+        torch.set_num_threads(min(n, torch_before))
+        restore.append(lambda: torch.set_num_threads(torch_before))
+    try:
+        yield
+    finally:
+        for undo in restore:
+            undo()
 
 
 def resolve_device(setting: str) -> str:
