@@ -512,6 +512,10 @@ class NodeHost:
         return [] if self.libp2p is None else list(self.libp2p.get_connected_peers())
 
     async def disconnect(self, peer: ID) -> None:
+        # Left alone from now, not from libp2p's disconnect event: libp2p drops the
+        # connection from its table 0.1 s or more before it reports the disconnect, and
+        # the peer-target loop, waking in between, would redial the peer it just dropped.
+        self._left_alone_until[peer] = time.monotonic() + PEER_DIAL_COOLDOWN
         with trio.move_on_after(2):
             try:
                 await self.libp2p.disconnect(peer)

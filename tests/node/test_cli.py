@@ -60,7 +60,7 @@ def test_init_start_status_and_clean_shutdown(tmp_path):
         assert status.returncode == 0, status.stdout + status.stderr
         report = json.loads(status.stdout)
         assert report["state"] == "running" and report["peer_id"] == peer_id
-        assert report["roles"] == "provider,auditor" and report["ping_ms"] < 5000
+        assert report["roles"] == "provider,auditor" and isinstance(report["ping_ms"], float) and report["ping_ms"] > 0
 
         with urllib.request.urlopen(api["metrics"], timeout=5) as response:
             text = response.read().decode()

@@ -72,7 +72,8 @@ async def test_two_hosts_dial_and_exchange_requests():
             assert (await channel.request(b"after")).endswith(b"|after")  # still in step
         print(f"dial {dial_ms:.1f} ms, kept-stream request round trip {rtt_ms:.2f} ms")
         rtt, card = await b.ping(a.peer_id)
-        assert card.peer_id == str(a.peer_id) and card.addrs == a.listen_addrs and rtt < 2
+        assert card.peer_id == str(a.peer_id) and card.addrs == a.listen_addrs
+        assert isinstance(rtt, float) and rtt > 0  # a round trip in seconds; how long it took is no test
 
 
 @trio_test()
@@ -199,20 +200,32 @@ async def test_a_host_dials_peers_it_heard_of_up_to_its_peer_target(monkeypatch)
 
 @trio_test()
 async def test_request_to_silent_peer_times_out_while_others_are_served():
+    held = []  # the requests a's silent handler holds, by the bound b gave them
+
     async def never(peer, request):
+        held.append(request)
         await trio.sleep_forever()
 
     async with running_hosts(3) as (a, b, c):
         a.handle_requests("/gavel-test/silent/1", never)
         a.handle_requests(ECHO, _echo)
+        timed_out = []
+
+        async def stuck(timeout: float):
+            with pytest.raises(PeerTimeout, match=f"no answer within {timeout:g} s"):
+                await b.request(a.peer_id, "/gavel-test/silent/1", b"%g" % timeout, timeout=timeout)
+            timed_out.append(timeout)
+
         async with trio.open_nursery() as nursery:
-
-            async def stuck():
-                with pytest.raises(PeerTimeout):
-                    await b.request(a.peer_id, "/gavel-test/silent/1", b"?", timeout=1.0)
-
-            nursery.start_soon(stuck)
-            start = time.perf_counter()
+            # One silent request that times out, and one whose bound outlasts the test:
+            # one sure to be pending while c asks.
+            nursery.start_soon(stuck, 1.0)
+            nursery.start_soon(stuck, 600.0)
+            await wait_until(lambda: b"600" in held, timeout=15)
             for _ in range(5):
                 assert (await c.request(a.peer_id, ECHO, b"x")).endswith(b"|x")
-            assert time.perf_counter() - start < 1.0
+            # c was served while a held b's silent request.
+            assert 600.0 not in timed_out
+            # The other one ended on its own bound (pytest.raises above checks the reason).
+            await wait_until(lambda: 1.0 in timed_out, timeout=15)
+            nursery.cancel_scope.cancel()

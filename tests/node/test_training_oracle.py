@@ -1,7 +1,7 @@
 """TrainingOracle: a dispute party's answers are the training program's own, and the referee can recompute them."""
 from __future__ import annotations
 
-import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,6 +16,7 @@ from repops_cupy.jobspec import load_job
 from repops_cupy.train import TrainingProgram, train
 
 from protocol.program import decode_program_leaf, encode_program_leaf
+from node import training_oracle
 from node.training_oracle import StageTimer, TrainingOracle, batch_hashes, job_terms, protocol_program
 
 MLP_JOB = """
@@ -196,12 +197,19 @@ def test_a_run_that_takes_another_runs_prefix_ends_the_same(mlp):
         assert list(shortcut.step_states(2)) == list(full.step_states(2))
 
 
-def test_stage_timer_charges_nested_time_to_the_inner_stage():
+def test_stage_timer_charges_nested_time_to_the_inner_stage(monkeypatch):
+    # The timer's clock, moved by hand: each stage is charged exactly what passed in it.
+    now = [100.0]
+    monkeypatch.setattr(training_oracle, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     timer = StageTimer()
     with timer.stage("outer"):
-        time.sleep(0.01)
+        now[0] += 1
         with timer.stage("inner"):
-            time.sleep(0.1)
-    assert timer.seconds["inner"] >= 0.1
-    assert 0.01 <= timer.seconds["outer"] < timer.seconds["inner"]
-    assert timer.total() == pytest.approx(timer.seconds["inner"] + timer.seconds["outer"])
+            now[0] += 10
+        now[0] += 2
+    assert timer.seconds["inner"] == 10
+    assert timer.seconds["outer"] == 3  # before and after the inner stage, not during it
+    assert timer.total() == 13
+    with timer.stage("inner"):  # a stage entered again adds up
+        now[0] += 4
+    assert timer.seconds["inner"] == 14 and timer.total() == 17
