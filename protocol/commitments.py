@@ -12,15 +12,19 @@ signed statements that differ for the same key are *equivocation*:
 `equivocation_proof` checks such a pair and returns an `EquivocationProof` that a
 referee or contract verifies with nothing but the two statements.
 
-State hashes follow `repops_cupy.checkpoint`: the Merkle root over one leaf per
-named tensor, in the order of the names' UTF-8 bytes, each leaf being
-``u16 little-endian name length || name || hash_tensor(tensor)``.
+State hashes are encoded by `repops_cupy.hashing`, the one owner of the bytes that
+a trainer writes and a referee recomputes: the Merkle root over one leaf per named
+tensor, in the order of the names' UTF-8 bytes, each leaf being
+``u16 little-endian name length || name || hash_tensor(tensor)``. The functions
+below use it and add the protocol's rules (a state holds a tensor; misuse raises
+`LocalProtocolError`).
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
+
+from repops_cupy import hashing
 
 from .errors import LocalProtocolError
 from .identity import DOMAIN_SIGNED_ROOT, NODE_ID_SIZE, SIGNATURE_SIZE, Identity, verify_signature
@@ -139,18 +143,16 @@ def commit_trace(identity: Identity, *, job_id: bytes, role: str, checkpoint_sta
 
 
 def state_leaf(name: str, tensor_hash: bytes) -> bytes:
-    """Leaf data of one named tensor in a state tree."""
-    raw = name.encode()
-    if not raw or len(raw) >= 1 << 16:
-        raise LocalProtocolError(f"state tensor names are 1 to 65535 bytes of UTF-8, got {len(raw)}")
-    if type(tensor_hash) is not bytes or len(tensor_hash) != HASH_SIZE:
-        raise LocalProtocolError("a tensor hash is 32 bytes")
-    return struct.pack("<H", len(raw)) + raw + tensor_hash
+    """Leaf data of one named tensor in a state tree (`repops_cupy.hashing.state_leaf`)."""
+    try:
+        return hashing.state_leaf(name, tensor_hash)
+    except ValueError as exc:
+        raise LocalProtocolError(str(exc)) from None
 
 
 def state_names(named_hashes: Mapping[str, bytes]) -> list[str]:
     """Tensor names in state-tree order (by UTF-8 bytes)."""
-    return sorted(named_hashes, key=lambda n: n.encode())
+    return hashing.sorted_names(named_hashes)
 
 
 def state_tree(named_hashes: Mapping[str, bytes]) -> tuple[MerkleTree, list[str]]:

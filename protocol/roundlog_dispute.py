@@ -31,28 +31,20 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from repops_cupy.checkpoint import sorted_names, state_leaf
-from repops_cupy.hashing import hash_tensor
-from repops_cupy.merkle import leaf_hash, merkle_root
+from repops_cupy.hashing import (LOG_LEAF, log_digest, roundlog_named_hashes, roundlog_state_hash, sorted_names,
+                                 state_leaf, state_leaves)
+from repops_cupy.merkle import leaf_hash
 
 from .commitments import SignedRoot
 from .errors import LocalProtocolError
 from .merkle import ChildrenProof, Descent, InclusionProof, MerkleTree
 
-# the state leaf holding the step log's digest: repops_cupy.roundlog.state.LOG_LEAF
-# (not imported: that package pulls in torch; a test checks the two agree)
-LOG_LEAF = "roundlog.log"
 SIDES = ("challenger", "defender")
 
 __all__ = [
     "IntervalOpening", "LOG_LEAF", "RoundLogParty", "RoundLogReferee", "ReplayStep", "StateOpening",
     "StepEvidence", "StepPair", "Verdict", "log_digest", "log_leaf_proof", "opened_state_hash",
 ]
-
-
-def log_digest(log_bytes: bytes) -> bytes:
-    """Digest of a step log, as the trainer puts it in the state (`repops_cupy.roundlog.state.log_digest`)."""
-    return hash_tensor(np.frombuffer(log_bytes, dtype=np.uint8))
 
 
 @dataclass(frozen=True)
@@ -63,23 +55,17 @@ class StateOpening:
     log_hash: bytes | None  # None for the initial state
 
 
-def _state_leaves(tensors: Mapping[str, np.ndarray], log_hash: bytes | None) -> list[bytes]:
-    hashes = {name: hash_tensor(a) for name, a in tensors.items()}
-    if log_hash is not None:
-        hashes[LOG_LEAF] = log_hash
-    return [state_leaf(name, hashes[name]) for name in sorted_names(hashes)]
-
-
 def opened_state_hash(opening: StateOpening) -> bytes:
-    return merkle_root(_state_leaves(opening.tensors, opening.log_hash))
+    """The state hash of an opening (`repops_cupy.hashing.roundlog_state_hash`)."""
+    return roundlog_state_hash(opening.tensors, opening.log_hash)
 
 
 def log_leaf_proof(state: StateOpening) -> InclusionProof:
     """Proof that ``state.log_hash`` is the log leaf of the state's hash (for a party's own state)."""
     if state.log_hash is None:
         raise LocalProtocolError("the initial state has no log leaf")
-    names = sorted_names({**state.tensors, LOG_LEAF: None})
-    return MerkleTree.from_data(_state_leaves(state.tensors, state.log_hash)).inclusion_proof(names.index(LOG_LEAF))
+    hashes = roundlog_named_hashes(state.tensors, state.log_hash)
+    return MerkleTree.from_data(state_leaves(hashes)).inclusion_proof(sorted_names(hashes).index(LOG_LEAF))
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,15 @@
 """Checkpoints: the named training state in a safetensors file, and its state hash.
 
-State hash: the Merkle root (`repops_cupy.merkle`) over one leaf per tensor, in the
-order of the names' UTF-8 bytes; a leaf is
-
-    u16 little-endian length of the name || name (UTF-8) || hash_tensor(tensor)
-
-so a name and its tensor can never be confused with another pair. The file stores
-the tensors (canonical little-endian C order) and, as metadata, the format, the state
-hash in hex and the step; loading recomputes the hash and refuses a file whose
-tensors do not match it.
+The state hash is `repops_cupy.hashing.state_hash` (re-exported here for the callers
+that save and load states): the Merkle root over one leaf
+``u16 len(name) || name || hash_tensor(tensor)`` per tensor, in the order of the
+names' UTF-8 bytes. The file stores the tensors (canonical little-endian C order)
+and, as metadata, the format, the state hash in hex and the step; loading recomputes
+the hash and refuses a file whose tensors do not match it.
 """
 from __future__ import annotations
 
 import os
-import struct
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -21,35 +17,15 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from .hashing import canonical_array, hash_tensor
-from .merkle import merkle_root
+from .hashing import canonical_array, sorted_names, state_hash
+
+__all__ = ["CHECKPOINT_FORMAT", "CheckpointError", "load_checkpoint", "save_checkpoint", "state_hash"]
 
 CHECKPOINT_FORMAT = "gavel-checkpoint/1"
 
 
 class CheckpointError(ValueError):
     """A checkpoint file that is missing, malformed or does not match its state hash."""
-
-
-def sorted_names(state: Mapping[str, Any]) -> list[str]:
-    return sorted(state, key=lambda n: n.encode())
-
-
-def state_leaf(name: str, tensor_hash: bytes) -> bytes:
-    raw = name.encode()
-    if len(raw) >= 1 << 16:
-        raise ValueError(f"state tensor name too long: {name[:40]}...")
-    return struct.pack("<H", len(raw)) + raw + tensor_hash
-
-
-def state_leaves(state: Mapping[str, Any]) -> list[bytes]:
-    """The Merkle leaves of a state, in hash order (for inclusion proofs of one tensor)."""
-    return [state_leaf(n, hash_tensor(state[n])) for n in sorted_names(state)]
-
-
-def state_hash(state: Mapping[str, Any]) -> bytes:
-    """Merkle root over sorted (name, tensor hash) leaves."""
-    return merkle_root(state_leaves(state))
 
 
 def save_checkpoint(path: str | Path, state: Mapping[str, Any], *, step: int) -> bytes:

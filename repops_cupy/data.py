@@ -10,7 +10,8 @@ every value:
   may be shorter); a shard's Merkle leaf is its `hash_tensor`;
 - an array's root is the Merkle root over its shard leaves;
 - the dataset root is the Merkle root over, in name order, the leaves
-  ``u16 len(name) || name || array root``.
+  ``u16 len(name) || name || array root``: `hashing.state_root` of the array roots,
+  the layout of a state hash.
 
 So a provider can prove any shard against the root a job names, and two parties that
 agree on the root agree on every example.
@@ -36,7 +37,6 @@ Philox streams used by training programs: 1 data order, 2 parameter initialisati
 from __future__ import annotations
 
 import functools
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -44,8 +44,8 @@ from typing import Mapping
 import numpy as np
 
 from . import rng
-from .hashing import hash_tensor
-from .merkle import leaf_hash, merkle_root, merkle_root_of_hashes
+from .hashing import hash_tensor, state_root
+from .merkle import leaf_hash, merkle_root_of_hashes
 
 SHARD_BYTES = 1 << 16
 STREAM_DATA = 1
@@ -106,11 +106,7 @@ def array_root(array: np.ndarray) -> bytes:
 
 
 def dataset_root(arrays: Mapping[str, np.ndarray]) -> bytes:
-    leaves = []
-    for name in sorted(arrays, key=str.encode):
-        raw = name.encode()
-        leaves.append(struct.pack("<H", len(raw)) + raw + array_root(arrays[name]))
-    return merkle_root(leaves)
+    return state_root({name: array_root(array) for name, array in arrays.items()})
 
 
 # --- loading -----------------------------------------------------------------------

@@ -5,10 +5,12 @@ step: ``param.<name>`` and ``buffer.<name>`` (float32: every value is one),
 ``optim.<param>.<slot>`` and ``optim.steps``, ``data.step`` (the data cursor), and
 the leaf ``roundlog.log``: the hash of the step's rounding log (``hash_tensor`` of
 its bytes as a uint8 array), so a state hash commits to the decisions that produced
-it. The state hash is the project's (``repops_cupy.checkpoint``): the Merkle root
-over the leaves ``u16 len(name) || name || hash_tensor(tensor)`` in the order of the
-names' UTF-8 bytes, so the protocol's inclusion proofs work on these states too. A
-job's trace is the Merkle root over the state hashes of its checkpoints, in step order.
+it. The state hash is the project's (``repops_cupy.hashing``, which also owns the log
+leaf: ``protocol.roundlog_dispute`` recomputes these hashes without torch): the
+Merkle root over the leaves ``u16 len(name) || name || hash_tensor(tensor)`` in the
+order of the names' UTF-8 bytes, so the protocol's inclusion proofs work on these
+states too. A job's trace is the Merkle root over the state hashes of its
+checkpoints, in step order.
 """
 from __future__ import annotations
 
@@ -20,11 +22,12 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
-from ..checkpoint import sorted_names, state_leaf
-from ..hashing import hash_tensor
+from ..hashing import LOG_LEAF, log_digest
+from ..hashing import roundlog_state_hash as state_hash
 from ..merkle import merkle_root
 
-LOG_LEAF = "roundlog.log"
+__all__ = ["LOG_LEAF", "load_checkpoint", "log_digest", "save_checkpoint", "state_hash", "to_canonical",
+           "trace_root", "write_trace"]
 
 
 def to_canonical(t: torch.Tensor) -> np.ndarray:
@@ -36,18 +39,6 @@ def to_canonical(t: torch.Tensor) -> np.ndarray:
             raise ValueError("state tensor holds values that are not float32 values")
         a = f
     return a.numpy()
-
-
-def log_digest(log_bytes: bytes) -> bytes:
-    return hash_tensor(np.frombuffer(log_bytes, dtype=np.uint8))
-
-
-def state_hash(tensors: Mapping[str, np.ndarray], log_hash: bytes | None) -> bytes:
-    """Merkle root over the named tensors plus, after a step, the step log's digest."""
-    leaves = {name: hash_tensor(a) for name, a in tensors.items()}
-    if log_hash is not None:
-        leaves[LOG_LEAF] = log_hash
-    return merkle_root([state_leaf(name, leaves[name]) for name in sorted_names(leaves)])
 
 
 def trace_root(checkpoint_hashes: list[bytes]) -> bytes:

@@ -12,8 +12,8 @@ from protocol import (
 )
 from protocol.wire import decode_struct
 from repops_cupy.checkpoint import state_hash as training_state_hash
-from repops_cupy.checkpoint import state_leaves as training_state_leaves
 from repops_cupy.hashing import hash_tensor
+from repops_cupy.hashing import state_leaves as training_state_leaves
 
 ALICE, BOB = Identity(bytes([2]) * 32), Identity(bytes([3]) * 32)
 JOB = bytes([4]) * 32
@@ -86,7 +86,7 @@ def test_state_hash_matches_the_training_side():
     hashes = {k: hash_tensor(v) for k, v in state.items()}
     assert state_root(hashes) == training_state_hash(state)
     tree, names = state_tree(hashes)
-    assert [state_leaf(n, hashes[n]) for n in names] == training_state_leaves(state)
+    assert [state_leaf(n, hashes[n]) for n in names] == training_state_leaves(hashes)
     assert names == ["B", "b", "step", "w", "émoji"]  # UTF-8 byte order
     i = names.index("w")
     assert tree.inclusion_proof(i).verify(state_root(hashes), state_leaf("w", hashes["w"]))

@@ -1,7 +1,10 @@
 import numpy as np
 import pytest
 
-from repops_cupy.hashing import canonical_array, hash_tensor
+from repops_cupy import hashing
+from repops_cupy.data import dataset_root
+from repops_cupy.hashing import canonical_array, hash_tensor, state_hash, state_leaf
+from repops_cupy.merkle import merkle_root
 
 
 def test_hash_depends_on_dtype_shape_and_bytes():
@@ -45,3 +48,55 @@ def test_scalars_and_empty_tensors_hash():
 def test_object_arrays_are_refused():
     with pytest.raises(TypeError):
         canonical_array(np.array([object()]))
+
+
+# --- the layouts both parties hash: pinned bytes -------------------------------------------
+# Computed by the encoders before they were merged into `hashing` (checkpoint.py,
+# data.py, protocol/roundlog_dispute.py at 58491a1): a change here changes every trace root.
+STATE = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "step": np.array(7, np.int64),
+         "émoji": np.ones(2, np.int32)}
+
+
+def test_tensor_and_state_hashes_are_the_pinned_bytes():
+    assert hash_tensor(STATE["w"]).hex() == "b58df08399c277f36d0d945b6918a922f2ac4e5891f80cc387d7d69f65d485a5"
+    assert state_hash(STATE).hex() == "6722f014b50f9c3297f5c2c24053588e0c7ab99a8a62de6b9121e6df5ca32ad8"
+    data = {"x": np.arange(12, dtype=np.float32).reshape(4, 3), "y": np.arange(4)}
+    assert dataset_root(data).hex() == "32dbf337ca6c9954d926dc68311666aa82160c197514769024808e259cdcca4d"
+    rl = hashing.roundlog_state_hash(STATE, hashing.log_digest(b"log bytes"))
+    assert rl.hex() == "7147a41c664d247bea97a6dcac9b243efb41dea552cbd78f61fc6b28b2a3fcb7"
+
+
+def test_state_leaf_layout_and_order():
+    digest = bytes(range(32))
+    assert state_leaf("w", digest) == b"\x01\x00w" + digest
+    assert state_leaf("é" * 200, digest)[:2] == (400).to_bytes(2, "little")
+    assert hashing.sorted_names({"b": 0, "B": 0, "émoji": 0, "a.b": 0}) == ["B", "a.b", "b", "émoji"]
+    hashes = {name: hash_tensor(value) for name, value in STATE.items()}
+    leaves = [state_leaf(n, hashes[n]) for n in ["step", "w", "émoji"]]
+    assert hashing.state_leaves(hashes) == leaves
+    assert state_hash(STATE) == hashing.state_root(hashes) == merkle_root(leaves)
+
+
+def test_state_leaf_refuses_what_it_cannot_encode():
+    for name, digest in [("", bytes(32)), ("x" * 65536, bytes(32)), ("x", b"short"), ("x", bytearray(32))]:
+        with pytest.raises(ValueError):
+            state_leaf(name, digest)
+    assert len(state_leaf("x" * 65535, bytes(32))) == 2 + 65535 + 32
+
+
+def test_the_log_leaf_is_one_more_named_hash():
+    log = b"\x01\x02 log"
+    named = hashing.roundlog_named_hashes(STATE, hashing.log_digest(log))
+    assert named[hashing.LOG_LEAF] == hash_tensor(np.frombuffer(log, np.uint8))
+    assert hashing.roundlog_state_hash(STATE, hashing.log_digest(log)) == state_hash(
+        {**STATE, "roundlog.log": np.frombuffer(log, np.uint8)})
+    assert hashing.roundlog_state_hash(STATE, None) == state_hash(STATE)
+
+
+def test_hashing_imports_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['safetensors'] = None\n"
+            "import protocol.roundlog_dispute, repops_cupy.hashing")
+    subprocess.run([sys.executable, "-c", code], check=True)
