@@ -22,20 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from . import _cpu_kernels as _kernels
+from . import cpu_kernels as _kernels
 from . import registry
 from ._backend import array_module
 from ._nn_checks import as_array, broadcast_shape, float32_attr, ieee_quiet, require_float32
+from .constants import GELU_TANH_3K, GELU_TANH_K, INV_SQRT2, INV_SQRT_2PI, SQRT_2_OVER_PI
 from .errors import OpError
 from .registry import Attr
 from .transcendental import erfc_f64, exp_f64, tanh_f64
 
-# float64 constants, each the nearest double to the named value
-INV_SQRT2 = 0.7071067811865476  # 1/sqrt(2)
-INV_SQRT_2PI = 0.3989422804014327  # 1/sqrt(2*pi)
-SQRT_2_OVER_PI = 0.7978845608028654  # sqrt(2/pi)
-GELU_TANH_K = 0.044715
-GELU_TANH_3K = 0.134145  # 3 * 0.044715, written as its own literal
 GELU_APPROXIMATIONS = ("none", "tanh")
 
 

@@ -41,7 +41,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from . import _cpu_kernels as _kernels
+from . import cpu_kernels as _kernels
 from . import registry
 from ._backend import array_module
 from ._nn_checks import as_array, require_float32

@@ -48,90 +48,23 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import struct
 from typing import Any
 
 import numpy as np
 
+from . import cpu_kernels as _kernels
 from . import registry
 from ._backend import array_module
 from ._nn_checks import as_array, require_float32
+# fdlibm's coefficients and thresholds live in the leaf module `constants`, which the compiled kernels read too
+from .constants import (
+    LN2_HI, LN2_LO, INVLN2, O_THRESHOLD, U_THRESHOLD, EXP_P1, EXP_P2, EXP_P3, EXP_P4, EXP_P5, EXPM1_Q1,
+    EXPM1_Q2, EXPM1_Q3, EXPM1_Q4, EXPM1_Q5, EXPM1_SATURATE, HALF_LN2, TWO_M54, LOG_LG1, LOG_LG2, LOG_LG3,
+    LOG_LG4, LOG_LG5, LOG_LG6, LOG_LG7, SQRT_HALF, TANH_SATURATE, TWO_M55, ERF_ERX, ERF_EFX, ERF_EFX8,
+    ERF_PP, ERF_QQ, ERF_PA, ERF_QA, ERF_RA, ERF_SA, ERF_RB, ERF_SB, ERF_TINY, ERF_SUBNORMAL, ERF_SMALL,
+    ERF_MID, ERF_BIG, ERF_SPLIT, ERFC_SPLIT, ERFC_QUARTER, ERFC_TINY, ERFC_BIG, TWO_OVER_SQRTPI,
+)
 from .errors import OpError
-
-
-def _from_bits(bits: int) -> float:
-    return struct.unpack("<d", struct.pack("<Q", bits))[0]
-
-
-# --- constants (fdlibm; the bit patterns are checked by the tests) ----------------
-LN2_HI = 6.93147180369123816490e-01  # 0x3fe62e42 fee00000: k*LN2_HI exact for |k| < 2^20
-LN2_LO = 1.90821492927058770002e-10  # 0x3dea39ef 35793c76
-INVLN2 = 1.44269504088896338700e00  # 0x3ff71547 652b82fe
-O_THRESHOLD = 7.09782712893383973096e02  # exp(x) overflows above
-U_THRESHOLD = -7.45133219101941108420e02  # exp(x) rounds to +0 below
-
-EXP_P1 = 1.66666666666666019037e-01
-EXP_P2 = -2.77777777770155933842e-03
-EXP_P3 = 6.61375632143793436117e-05
-EXP_P4 = -1.65339022054652515390e-06
-EXP_P5 = 4.13813679705723846039e-08
-
-EXPM1_Q1 = -3.33333333333331316428e-02
-EXPM1_Q2 = 1.58730158725481460165e-03
-EXPM1_Q3 = -7.93650757867487942473e-05
-EXPM1_Q4 = 4.00821782732936239552e-06
-EXPM1_Q5 = -2.01099218183624371326e-07
-EXPM1_SATURATE = -38.816242111356935  # -56 ln2: below, expm1(x) rounds to -1
-HALF_LN2 = 0.34657359027997264  # |x| above: reduce the argument
-TWO_M54 = 2.0**-54  # |x| below: expm1(x) = x
-
-LOG_LG1 = 6.666666666666735130e-01
-LOG_LG2 = 3.999999999940941908e-01
-LOG_LG3 = 2.857142874366239149e-01
-LOG_LG4 = 2.222219843214978396e-01
-LOG_LG5 = 1.818357216161805012e-01
-LOG_LG6 = 1.531383769920937332e-01
-LOG_LG7 = 1.479819860511658591e-01
-SQRT_HALF = 0.7071067811865476  # 0x3FE6A09E 667F3BCD
-
-TANH_SATURATE = 22.0  # |x| at or above: tanh = +-1
-TWO_M55 = 2.0**-55  # |x| below: tanh(x) = x * (1 + x)
-
-ERF_ERX = 8.45062911510467529297e-01
-ERF_EFX = 1.28379167095512586316e-01
-ERF_EFX8 = 1.02703333676410069053e00
-ERF_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
-          -5.77027029648944159157e-03, -2.37630166566501626084e-05)
-ERF_QQ = (3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
-          1.32494738004321644526e-04, -3.96022827877536812320e-06)
-ERF_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
-          3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
-          -2.16637559486879084300e-03)
-ERF_QA = (1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
-          1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
-ERF_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e01,
-          -6.23753324503260060396e01, -1.62396669462573470355e02, -1.84605092906711035994e02,
-          -8.12874355063065934246e01, -9.81432934416914548592e00)
-ERF_SA = (1.96512716674392571292e01, 1.37657754143519042600e02, 4.34565877475229228821e02,
-          6.45387271733267880336e02, 4.29008140027567833386e02, 1.08635005541779435134e02,
-          6.57024977031928170135e00, -6.04244152148580987438e-02)
-ERF_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e01,
-          -1.60636384855821916062e02, -6.37566443368389627722e02, -1.02509513161107724954e03,
-          -4.83519191608651397019e02)
-ERF_SB = (3.03380607434824582924e01, 3.25792512996573918826e02, 1.53672958608443695994e03,
-          3.19985821950859553908e03, 2.55305040643316442583e03, 4.74528541206955367215e02,
-          -2.24409524465858183362e01)
-ERF_TINY = 2.0**-28  # |x| below: erf(x) = x + EFX*x
-ERF_SUBNORMAL = 2.0**-1015  # |x| below: (8x + EFX8*x) / 8, so EFX*x keeps its bits
-ERF_SMALL = 0.84375
-ERF_MID = 1.25
-ERF_BIG = 6.0  # |x| at or above: erf = +-1
-ERF_SPLIT = _from_bits(0x4006DB6E00000000)  # ~1/0.35: erf's tail switches from RA/SA to RB/SB
-ERFC_SPLIT = _from_bits(0x4006DB6D00000000)  # the same switch in erfc (one unit lower, as in fdlibm)
-ERFC_QUARTER = 0.25  # x below: erfc = 1 - erf directly
-ERFC_TINY = 2.0**-56  # |x| below: erfc = 1 - x
-ERFC_BIG = 28.0  # x at or above: erfc = +0
-TWO_OVER_SQRTPI = 1.1283791670955126  # 2/sqrt(pi), nearest double
 
 
 # --- helpers ------------------------------------------------------------------------
@@ -157,7 +90,7 @@ _CHUNK = 16384
 def _in_chunks(fn):
     """Apply a float64 elementwise function to cache-sized pieces on the NumPy path.
 
-    With the compiled CPU kernels enabled (see `_cpu_kernels`), a NumPy array goes to
+    With the compiled CPU kernels enabled (see `cpu_kernels`), a NumPy array goes to
     the kernel of the same name instead: the same values, one element at a time.
     """
     kernel = fn.__name__.removesuffix("_f64")
@@ -508,11 +441,6 @@ def rsqrt_grad(g: Any, out: Any) -> Any:
     with _quiet(xp):
         return as_array(xp, (g64 * (-0.5 * ((o * o) * o))).astype(np.float32))
 
-
-# --- compiled CPU path ----------------------------------------------------------------
-
-# imported last: the kernels read this module's constants when they compile
-from . import _cpu_kernels as _kernels  # noqa: E402
 
 # --- backward rules ---------------------------------------------------------------
 

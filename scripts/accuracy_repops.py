@@ -14,7 +14,7 @@ References:
   inside the rounding interval (margin 2^-58 relative, far above long double libm
   error); the remaining cases go to the decimal reference below.
 - exp, log, tanh, erf, sigmoid, sqrt, rsqrt, softmax, log_softmax, layer_norm, gelu:
-  Python's decimal with 40 significant digits (see repops_cupy/_tr_reference.py; erf by
+  Python's decimal with 40 significant digits (see repops_cupy/scalar_reference.py; erf by
   its Taylor series, pi by the series of the decimal documentation). The true value is
   known to about 1e-40 relative, far below a float32 rounding boundary's resolution.
 
@@ -33,7 +33,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from repops_cupy import _tr_reference as ref
+from repops_cupy import scalar_reference as ref
 from repops_cupy import registry
 
 for _module in ("elementwise", "shape", "reduce", "transcendental", "nn", "matmul"):

@@ -131,16 +131,17 @@ def hashed_layout_violations(root: pathlib.Path = ROOT) -> list[str]:
                 if isinstance(node, ast.Import) and any(a.name == "blake3" for a in node.names) \
                         or isinstance(node, ast.ImportFrom) and node.module == "blake3":
                     blake3_users.add(rel)
+                if not (isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))):
+                    continue
+                value = node.value.decode("latin-1") if isinstance(node.value, bytes) else node.value
+                if isinstance(node.value, bytes) and value.startswith("gavel/"):
+                    tags.setdefault(value, set()).add(rel)
                 if rel in HASH_OWNERS:
                     continue
-                if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
-                    value = node.value.decode("latin-1") if isinstance(node.value, bytes) else node.value
-                    if value == LOG_LEAF_NAME:
-                        bad.append(f"{rel}:{node.lineno} spells the log leaf {value!r}: use hashing.LOG_LEAF")
-                    if value.startswith("<H"):
-                        bad.append(f"{rel}:{node.lineno} packs a u16 length ({value!r}): the named leaf is hashing.state_leaf")
-                    if isinstance(node.value, bytes) and value.startswith("gavel/"):
-                        tags.setdefault(value, set()).add(rel)
+                if value == LOG_LEAF_NAME:
+                    bad.append(f"{rel}:{node.lineno} spells the log leaf {value!r}: use hashing.LOG_LEAF")
+                if value.startswith("<H"):
+                    bad.append(f"{rel}:{node.lineno} packs a u16 length ({value!r}): the named leaf is hashing.state_leaf")
     for rel in sorted(blake3_users - HASH_OWNERS - set(BLAKE3_USERS)):
         bad.append(f"{rel} imports blake3: hash through repops_cupy.hashing / merkle, or list it in BLAKE3_USERS with why")
     for tag, users in sorted(tags.items()):
@@ -158,3 +159,149 @@ def test_blake3_users_list_is_current():
     users = {rel for rel, path in _package_sources() if "blake3" in _imports(path)}
     stale = sorted(set(BLAKE3_USERS) - users)
     assert not stale, f"no longer import blake3, remove from BLAKE3_USERS: {stale}"
+
+
+def test_hashed_layout_check_finds_a_second_encoder(tmp_path):
+    (tmp_path / "repops_cupy").mkdir()
+    (tmp_path / "repops_cupy" / "hashing.py").write_text('TAG = b"gavel/tensor/v1\\0"\n')
+    (tmp_path / "repops_cupy" / "copy.py").write_text(
+        'import blake3\nimport struct\nTAG = b"gavel/tensor/v1\\0"\n\n\n'
+        'def hash_tensor(x):\n    return blake3.blake3(TAG + struct.pack("<H", 1)).digest()\n')
+    for package in PACKAGES[1:]:
+        (tmp_path / package).mkdir()
+    bad = "\n".join(hashed_layout_violations(tmp_path))
+    assert "copy.py:6 defines hash_tensor()" in bad and "packs a u16 length" in bad
+    assert "repops_cupy/copy.py imports blake3" in bad and "domain tag 'gavel/tensor/v1\\x00'" in bad
+
+
+# --- no import circles, no long modules -------------------------------------------------
+# A circle is held together by an import at the bottom of a module or inside a function;
+# both hide which module needs which. Every import counts here, those inside functions
+# and under TYPE_CHECKING too.
+KNOWN_CIRCLES = {
+    frozenset({"node.node_cli", "node.submit_cli"}):
+        "node_cli imports submit_cli.format_duration and submit_cli imports node_cli._leaves, each inside a "
+        "function (owned by the node engineers; move the two helpers to a module both import)",
+}
+MAX_MODULE_LINES = 600
+LONG_MODULES = {
+    "node/host.py": "the libp2p host (transports, stream protocols, gossip, peer target) in one trio shell; "
+                    "owned by the node engineers, not yet split",
+    "node/roles/client.py": "the client role's whole job life (open, hand out, verify, dispute, settle) as one "
+                            "resumable state machine; owned by the node engineers, not yet split",
+}
+
+
+def module_name(root: pathlib.Path, path: pathlib.Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph(root: pathlib.Path = ROOT, packages=PACKAGES) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (anywhere in its body), by dotted name.
+
+    ``from pkg import name`` points at ``pkg.name`` when that is a module, else at
+    ``pkg`` (its ``__init__``); an import of a module outside the packages is left out.
+    """
+    paths = {module_name(root, p): p for package in packages for p in sorted((root / package).rglob("*.py"))}
+    graph = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(parent + ([node.module] if node.module else []))
+                found = [f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names]
+            else:
+                continue
+            for target in found:
+                while target and target not in paths:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[tuple[frozenset[str], list[str]]]:
+    """Each group of modules that import each other round a circle, and one way round (a -> ... -> a)."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    circles = []
+    for group in groups:  # a shortest way round from the group's first module
+        start = min(group)
+        paths, seen = [[start]], {start}
+        while paths:
+            path = paths.pop(0)
+            if start in graph[path[-1]] and len(path) > 1:
+                circles.append((frozenset(group), path + [start]))
+                break
+            for w in sorted(graph[path[-1]] & group - seen):
+                seen.add(w)
+                paths.append(path + [w])
+    return circles
+
+
+def test_no_import_circles():
+    circles = import_circles(import_graph())
+    bad = [" -> ".join(path) + (f" (the circle joins {sorted(group)})" if len(group) + 1 > len(path) else "")
+           for group, path in circles if group not in KNOWN_CIRCLES]
+    assert not bad, "import circles (every import counts, also those inside functions):\n" + "\n".join(bad)
+    stale = [sorted(k) for k in KNOWN_CIRCLES if k not in {group for group, _ in circles}]
+    assert not stale, f"no longer circles, remove from KNOWN_CIRCLES: {stale}"
+
+
+def test_circle_check_finds_a_circle_held_by_an_import_inside_a_function(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("from .sub.c import f\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("def f():\n    from ..a import g\n    return g\n")
+    (pkg / "d.py").write_text("import pkg.a\nimport numpy\n")
+    graph = import_graph(tmp_path, ("pkg",))
+    assert graph["pkg.b"] == {"pkg.sub.c"} and graph["pkg.d"] == {"pkg.a"}
+    assert import_circles(graph) == [({"pkg.a", "pkg.b", "pkg.sub.c"}, ["pkg.a", "pkg.b", "pkg.sub.c", "pkg.a"])]
+    (pkg / "sub" / "c.py").write_text("def f():\n    return 1\n")
+    assert import_circles(import_graph(tmp_path, ("pkg",))) == []
+
+
+def test_no_module_is_longer_than_the_budget():
+    lengths = {rel: len(path.read_text().splitlines()) for rel, path in _package_sources()}
+    long = [f"{rel}: {n} lines" for rel, n in sorted(lengths.items()) if n > MAX_MODULE_LINES and rel not in LONG_MODULES]
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them, or list them in LONG_MODULES with why):\n" \
+        + "\n".join(long)
+    stale = [rel for rel in LONG_MODULES if lengths.get(rel, 0) <= MAX_MODULE_LINES]
+    assert not stale, f"no longer over {MAX_MODULE_LINES} lines, remove from LONG_MODULES: {stale}"

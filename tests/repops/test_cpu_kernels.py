@@ -1,4 +1,4 @@
-"""Compiled CPU kernels (`repops_cupy._cpu_kernels`): the same bits as the array code.
+"""Compiled CPU kernels (`repops_cupy.cpu_kernels`): the same bits as the array code.
 
 Every kernel is compared bit for bit with the NumPy array code it replaces (forced with
 REPOPS_CPU_KERNELS=0), which the other test files check against literal scalar
@@ -38,9 +38,9 @@ single timings move by up to 2x between runs, the ratios much less.
 | layer_norm (8192, 768) | 44.3 ms | 7.67 ms | 20.05 ms (NumPy f32) | 2.2x | 0.38x | 5.8x |
 
 All of these are NumPy arrays; CuPy arrays keep the array code. numba compiles the
-kernels on first use and caches them on disk (keyed also by the constants of
-`transcendental`): about 70 s of CPU time once for all of them, then about 1 s per
-process to load.
+kernels on first use and caches them on disk (keyed also by `repops_cupy.constants`
+and the sources of the kernel package): about 70 s of CPU time once for all of them,
+then about 1 s per process to load.
 """
 import contextlib
 import math
@@ -54,13 +54,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from repops_cupy import _cpu_kernels as K
-from repops_cupy import _tr_reference as ref
+from repops_cupy import constants as C
+from repops_cupy import cpu_kernels as K
 from repops_cupy import elementwise, nn, registry, shape  # noqa: F401 - registers the ops
 from repops_cupy import reduce as R
+from repops_cupy import scalar_reference as ref
 from repops_cupy import transcendental as T
 
 from .bits import assert_same_bits
+
+if K.AVAILABLE:
+    from repops_cupy.cpu_kernels import compiler, maps, reductions, transcendentals
 
 pytestmark = pytest.mark.skipif(not K.AVAILABLE, reason="numba is not installed")
 
@@ -108,9 +112,9 @@ def _neighbours(values, steps=3) -> np.ndarray:
 def branch_edges() -> np.ndarray:
     """Every threshold of the piecewise functions, the points where exp's k changes, and their neighbours."""
     thresholds = [
-        T.O_THRESHOLD, T.U_THRESHOLD, T.EXPM1_SATURATE, T.HALF_LN2, T.TWO_M54, T.TWO_M55, T.TANH_SATURATE,
-        1.0, 0.5, 0.25, T.ERF_TINY, T.ERF_SUBNORMAL, T.ERF_SMALL, T.ERF_MID, T.ERF_BIG, T.ERF_SPLIT,
-        T.ERFC_SPLIT, T.ERFC_QUARTER, T.ERFC_TINY, T.ERFC_BIG, T.SQRT_HALF, 2 * T.SQRT_HALF,
+        C.O_THRESHOLD, C.U_THRESHOLD, C.EXPM1_SATURATE, C.HALF_LN2, C.TWO_M54, C.TWO_M55, C.TANH_SATURATE,
+        1.0, 0.5, 0.25, C.ERF_TINY, C.ERF_SUBNORMAL, C.ERF_SMALL, C.ERF_MID, C.ERF_BIG, C.ERF_SPLIT,
+        C.ERFC_SPLIT, C.ERFC_QUARTER, C.ERFC_TINY, C.ERFC_BIG, C.SQRT_HALF, 2 * C.SQRT_HALF,
         0.0, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 709.0, -708.4, -745.0,
         88.72283935546875, -103.97207708,
     ]
@@ -191,9 +195,10 @@ def test_erf_family_blocks_with_few_and_many_tail_lanes():
     blocks with none, exactly a quarter, just over a quarter and only tail lanes."""
     rng = np.random.default_rng(6)
     blocks = []
-    for tail_count in (0, 1, K._LANES // 4, K._LANES // 4 + 1, K._LANES - 1, K._LANES):
-        block = rng.uniform(-1.2, 1.2, K._LANES)
-        where = rng.choice(K._LANES, tail_count, replace=False)
+    lanes = transcendentals.LANES
+    for tail_count in (0, 1, lanes // 4, lanes // 4 + 1, lanes - 1, lanes):
+        block = rng.uniform(-1.2, 1.2, lanes)
+        where = rng.choice(lanes, tail_count, replace=False)
         block[where] = rng.uniform(1.3, 5.0, tail_count) * rng.choice([-1, 1], tail_count)
         blocks.append(block)
     x = np.concatenate(blocks + [rng.uniform(-3, 3, 777)])  # and a short last block
@@ -229,8 +234,9 @@ def sensitive(n: int, seed: int = 0) -> np.ndarray:
     return (1.0 + rng.integers(0, 1 << 20, n) * 2.0**-40) * np.exp2(rng.integers(-40, 40, n)) * rng.choice([-1, 1], n)
 
 
+PIECE = reductions.PIECE if K.AVAILABLE else 1 << 16
 LENGTHS = sorted({*range(0, 70), 127, 128, 129, 255, 256, 257, 511, 512, 513, 767, 768, 769, 1000, 4099,
-                  K._PIECE - 1, K._PIECE, K._PIECE + 1, 2 * K._PIECE + 257, 3 * K._PIECE})
+                  PIECE - 1, PIECE, PIECE + 1, 2 * PIECE + 257, 3 * PIECE})
 
 
 @pytest.mark.parametrize("n", LENGTHS)
@@ -380,15 +386,19 @@ FMA = re.compile(r"\bv?f(n)?m(add|sub)\w*", re.IGNORECASE)
 
 
 def _run_every_kernel(k):
-    """Call every kernel of the kernels module `k` once, float32 and float64 where both occur."""
+    """Call every kernel of the kernel package `k` once, float32 and float64 where both occur."""
     x32 = np.random.default_rng(18).standard_normal((4, 300)).astype(np.float32)
     g = x32[::-1].copy()
-    for name in k.MAPS:
+    for name in PRIMITIVES:
         for x in (x32, x32.astype(np.float64)):
             k.map_unary(name, x, x.dtype)
-            k.MAPS[name](x.reshape(-1), np.empty(x.size, x.dtype), 2)
+    for op in range(len(k.maps.UNARY)):  # the parallel driver and, through it, every span
+        for x in (x32, x32.astype(np.float64)):
+            k.maps.unary_map(op, x.reshape(-1), np.empty(x.size, x.dtype), 2)
+    for op in range(len(k.maps.BINARY)):
+        k.maps.binary_map(op, g.reshape(-1), x32.reshape(-1), np.empty(x32.size, np.float32), 2)
     for x in (x32, x32.astype(np.float64)):
-        k.tree_last(x), k.tree_first(x), k.tree_last(np.ones((1, k._PIECE + 1), x.dtype))
+        k.tree_last(x), k.tree_first(x), k.tree_last(np.ones((1, k.reductions.PIECE + 1), x.dtype))
     targets = np.arange(4)
     k.softmax(x32, -1), k.log_softmax(x32, -1), k.softmax_grad(g, x32, -1), k.log_softmax_grad(g, x32, -1)
     k.layer_norm(x32, x32[0], x32[1], 1e-5), k.layer_norm_grad_x(g, x32, x32[0], 1e-5)
@@ -398,12 +408,15 @@ def _run_every_kernel(k):
 
 
 def _uncached_serial_copy(monkeypatch):
-    """The kernels module loaded again with every function compiled serially and uncached.
+    """The kernel package loaded again with every function compiled serially and uncached.
 
     Cached machine code cannot be inspected, and numba loads from the cache whatever
-    it can; a second copy of the module compiled afresh has its assembly at hand.
+    it can; a second copy of the package (under another name, so its modules import
+    each other afresh) compiled anew has its assembly at hand. Returns the package
+    and its family modules.
     """
     import importlib.util
+    import sys
 
     import numba
 
@@ -414,21 +427,31 @@ def _uncached_serial_copy(monkeypatch):
         options["cache"] = False
         return real_njit(*args, **options)
 
+    name = "repops_cupy._cpu_kernels_uncached"
     monkeypatch.setattr(numba, "njit", serial_uncached)
-    spec = importlib.util.spec_from_file_location("repops_cupy._cpu_kernels_uncached", K.__file__)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    spec = importlib.util.spec_from_file_location(name, K.__file__,
+                                                  submodule_search_locations=[os.path.dirname(K.__file__)])
+    package = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, package)
+    spec.loader.exec_module(package)
     monkeypatch.setattr(numba, "njit", real_njit)
-    return module
+    modules = {key: module for key, module in sys.modules.items() if key.startswith(name + ".")}
+    for key, module in modules.items():  # numba looks them up by name while compiling: gone after the test
+        del sys.modules[key]
+        monkeypatch.setitem(sys.modules, key, module)
+    assert {"compiler", "transcendentals", "gelu", "reductions", "row_ops", "maps"} <= {
+        key.rpartition(".")[2] for key in modules}
+    return package, list(modules.values())
 
 
 @pytest.mark.slow  # compiles every kernel afresh (about a minute)
 def test_machine_code_has_no_fused_multiply_add(monkeypatch):
     from numba.core.registry import CPUDispatcher
 
-    fresh = _uncached_serial_copy(monkeypatch)
+    fresh, modules = _uncached_serial_copy(monkeypatch)
     _run_every_kernel(fresh)
-    functions = [v for v in vars(fresh).values() if isinstance(v, CPUDispatcher)]
+    functions = [v for m in modules for v in vars(m).values() if isinstance(v, CPUDispatcher)]
+    functions = list({id(f): f for f in functions}.values())  # a module also holds what it imported
     compiled = [f for f in functions if f.targetoptions.get("inline", "never") != "always"]
     assert len(compiled) >= 30
     for fn in compiled:  # the inlined helpers are part of these
@@ -443,7 +466,7 @@ def test_contraction_would_be_caught_by_these_inputs(name):
     """Allowing FMA changes the bits on the test inputs (so the equality tests are sensitive)."""
     from numba import njit
 
-    contracted = njit(error_model="numpy", fastmath={"contract"})(K.SPANS[name].py_func)
+    contracted = njit(error_model="numpy", fastmath={"contract"})(maps.UNARY_SPANS[name].py_func)
     x = float64_inputs(seed=2)
     got = np.empty_like(x)
     contracted(x, got, 0, x.size)
@@ -456,7 +479,7 @@ def test_contraction_would_be_caught_by_these_inputs(name):
 
 def test_separate_multiply_and_add_are_kept_separate():
     # a*b is inexact; with c = -(a*b rounded), a fused a*b + c would give the rounding error instead of 0
-    probe = K._compile()(lambda a, b, c: a * b + c)
+    probe = compiler.compile_with()(lambda a, b, c: a * b + c)
     a = b = 1.0 + 2.0**-30
     c = -(a * b)
     assert Fraction(a) * Fraction(b) + Fraction(c) == Fraction(2) ** -60  # what one rounding would give
@@ -498,7 +521,7 @@ def test_environment_variable_selects_the_array_code(monkeypatch):
 
 def test_kernels_compile_without_a_writable_cache(monkeypatch):
     calls = []
-    real_njit = K.njit
+    real_njit = compiler.njit
 
     def njit_without_cache_dir(*args, cache=False, **kwargs):
         calls.append(cache)
@@ -506,6 +529,25 @@ def test_kernels_compile_without_a_writable_cache(monkeypatch):
             raise RuntimeError("cannot cache function: no locator available")
         return real_njit(*args, cache=cache, **kwargs)
 
-    monkeypatch.setattr(K, "njit", njit_without_cache_dir)
-    double = K._compile()(lambda v: v * 2.0)
+    monkeypatch.setattr(compiler, "njit", njit_without_cache_dir)
+    double = compiler.compile_with()(lambda v: v * 2.0)
     assert double(1.5) == 3.0 and calls == [True, False]
+
+
+def test_cached_kernels_are_keyed_by_the_constants_and_every_kernel_source(monkeypatch, tmp_path):
+    """The kernels inline each other across modules and compile in `constants`: a change to
+    any of these must not find machine code cached before it (numba keys by one file only)."""
+    import shutil
+
+    key = compiler.fingerprint()
+    assert compiler._FingerprintedCache.key == key
+    monkeypatch.setattr(C, "ERF_BIG", 6.5)
+    assert compiler.fingerprint() != key
+    monkeypatch.undo()
+    copy = tmp_path / "cpu_kernels"
+    shutil.copytree(os.path.dirname(K.__file__), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(compiler, "__file__", str(copy / "compiler.py"))
+    assert compiler.fingerprint() == key
+    with open(copy / "transcendentals.py", "a") as f:
+        f.write("# changed\n")
+    assert compiler.fingerprint() != key

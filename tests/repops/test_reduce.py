@@ -2,7 +2,7 @@
 
 Speed of the NumPy array code, measured here side by side (CPU time, 1 thread, float32,
 1e7 elements): all elements 5x np.sum, rows of 1000 6.5x, axis 0 of (1e4, 1e3) 8x, rows
-of 64 3x; not asserted. On NumPy arrays the compiled trees of `_cpu_kernels` serve
+of 64 3x; not asserted. On NumPy arrays the compiled trees of `cpu_kernels` serve
 instead (same bits; see test_cpu_kernels.py), unless REPOPS_CPU_KERNELS=0.
 """
 import importlib
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from repops_cupy import _tr_reference as ref
+from repops_cupy import scalar_reference as ref
 from repops_cupy import reduce as R
 from repops_cupy import registry
 from repops_cupy._backend import cupy_module

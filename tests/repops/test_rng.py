@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from repops_cupy import _tr_reference as ref
+from repops_cupy import scalar_reference as ref
 from repops_cupy import rng
 from repops_cupy._backend import cupy_module
 from repops_cupy.errors import OpError

@@ -3,7 +3,7 @@
 Speed of the NumPy array code, measured here side by side (CPU time, 1 thread, float32
 input): exp is 20x (1e7 elements) to 35x (1e6) NumPy's AVX-512 float32 np.exp, which is
 neither reproducible nor correctly rounded; log 28-41x, sigmoid 24-39x, tanh 83-143x,
-erf 119-193x, rsqrt 6-10x. On NumPy arrays the compiled kernels of `_cpu_kernels` now
+erf 119-193x, rsqrt 6-10x. On NumPy arrays the compiled kernels of `cpu_kernels` now
 compute the same bits several times faster (their table is in test_cpu_kernels.py).
 Timings are not asserted; accuracy is reported by scripts/accuracy_repops.py. These
 tests run whichever path REPOPS_CPU_KERNELS selects (compiled by default).
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repops_cupy import _tr_reference as ref
+from repops_cupy import scalar_reference as ref
 from repops_cupy import registry
 from repops_cupy import transcendental as T
 from repops_cupy._backend import cupy_module

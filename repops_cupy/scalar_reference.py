@@ -1,6 +1,7 @@
-"""Plain-Python definitions of the reductions, transcendentals and Philox: the living spec.
+"""Scalar reference programs of the reductions, transcendentals and Philox: the living spec.
 
-Two kinds of reference live here, both slow and for tests and accuracy reports only:
+Two kinds of reference live here, both slow and for tests and accuracy reports only
+(`tests/repops`, `scripts/accuracy_repops.py`):
 
 1. Literal scalar programs. Python floats are IEEE float64 and CPython performs every
    +, -, *, / as its own correctly rounded operation, so a scalar loop over the
@@ -20,8 +21,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from . import constants as C
 from . import rng as _rng
-from . import transcendental as T
 
 # --- 1. literal scalar programs -----------------------------------------------------
 
@@ -41,22 +42,22 @@ def tree_sum(values) -> float:
 
 def _reduce(x: float) -> tuple[float, float, float, float]:
     """k, hi, lo, r = hi - lo for exp and expm1."""
-    k = float(math.trunc(x * T.INVLN2 + (-0.5 if x < 0 else 0.5)))
-    hi = x - k * T.LN2_HI
-    lo = k * T.LN2_LO
+    k = float(math.trunc(x * C.INVLN2 + (-0.5 if x < 0 else 0.5)))
+    hi = x - k * C.LN2_HI
+    lo = k * C.LN2_LO
     return k, hi, lo, hi - lo
 
 
 def exp(x: float) -> float:
     if math.isnan(x):
         return x
-    if x > T.O_THRESHOLD:
+    if x > C.O_THRESHOLD:
         return math.inf
-    if x < T.U_THRESHOLD:
+    if x < C.U_THRESHOLD:
         return 0.0
     k, hi, lo, r = _reduce(x)
     t = r * r
-    c = r - t * (T.EXP_P1 + t * (T.EXP_P2 + t * (T.EXP_P3 + t * (T.EXP_P4 + t * T.EXP_P5))))
+    c = r - t * (C.EXP_P1 + t * (C.EXP_P2 + t * (C.EXP_P3 + t * (C.EXP_P4 + t * C.EXP_P5))))
     y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
     return math.ldexp(y, int(k))
 
@@ -64,20 +65,20 @@ def exp(x: float) -> float:
 def expm1(x: float) -> float:
     if math.isnan(x):
         return x
-    if x > T.O_THRESHOLD:
+    if x > C.O_THRESHOLD:
         return math.inf
-    if x < T.EXPM1_SATURATE:
+    if x < C.EXPM1_SATURATE:
         return -1.0
-    if abs(x) < T.TWO_M54:
+    if abs(x) < C.TWO_M54:
         return x
-    if abs(x) > T.HALF_LN2:
+    if abs(x) > C.HALF_LN2:
         k, hi, lo, r = _reduce(x)
         c = (hi - r) - lo
     else:
         k, r, c = 0.0, x, 0.0
     hfx = 0.5 * r
     hxs = r * hfx
-    r1 = 1.0 + hxs * (T.EXPM1_Q1 + hxs * (T.EXPM1_Q2 + hxs * (T.EXPM1_Q3 + hxs * (T.EXPM1_Q4 + hxs * T.EXPM1_Q5))))
+    r1 = 1.0 + hxs * (C.EXPM1_Q1 + hxs * (C.EXPM1_Q2 + hxs * (C.EXPM1_Q3 + hxs * (C.EXPM1_Q4 + hxs * C.EXPM1_Q5))))
     t = 3.0 - r1 * hfx
     e = hxs * ((r1 - t) / (6.0 - r * t))
     ki = int(k)
@@ -105,7 +106,7 @@ def log(x: float) -> float:
     if x == math.inf:
         return math.inf
     m, k = math.frexp(x)
-    if m < T.SQRT_HALF:
+    if m < C.SQRT_HALF:
         m, k = m * 2.0, k - 1
     f = m - 1.0
     dk = float(k)
@@ -113,19 +114,19 @@ def log(x: float) -> float:
     s = f / (2.0 + f)
     z = s * s
     w = z * z
-    t1 = w * (T.LOG_LG2 + w * (T.LOG_LG4 + w * T.LOG_LG6))
-    t2 = z * (T.LOG_LG1 + w * (T.LOG_LG3 + w * (T.LOG_LG5 + w * T.LOG_LG7)))
+    t1 = w * (C.LOG_LG2 + w * (C.LOG_LG4 + w * C.LOG_LG6))
+    t2 = z * (C.LOG_LG1 + w * (C.LOG_LG3 + w * (C.LOG_LG5 + w * C.LOG_LG7)))
     big_r = t2 + t1
-    return s * (hfsq + big_r) + dk * T.LN2_LO - hfsq + f + dk * T.LN2_HI
+    return s * (hfsq + big_r) + dk * C.LN2_LO - hfsq + f + dk * C.LN2_HI
 
 
 def tanh(x: float) -> float:
     if math.isnan(x):
         return x
     ax = abs(x)
-    if ax >= T.TANH_SATURATE:
+    if ax >= C.TANH_SATURATE:
         z = 1.0
-    elif ax < T.TWO_M55:
+    elif ax < C.TWO_M55:
         return x * (1.0 + x)
     elif ax >= 1.0:
         t = expm1(2.0 * ax)
@@ -148,24 +149,24 @@ def erf(x: float) -> float:
     if math.isnan(x):
         return x
     ax = abs(x)
-    if ax < T.ERF_SMALL:
-        if ax < T.ERF_SUBNORMAL:
-            return (8.0 * x + T.ERF_EFX8 * x) / 8.0
-        if ax < T.ERF_TINY:
-            return x + T.ERF_EFX * x
+    if ax < C.ERF_SMALL:
+        if ax < C.ERF_SUBNORMAL:
+            return (8.0 * x + C.ERF_EFX8 * x) / 8.0
+        if ax < C.ERF_TINY:
+            return x + C.ERF_EFX * x
         z = x * x
-        return x + x * (_horner(z, T.ERF_PP) / _horner(z, (1.0, *T.ERF_QQ)))
-    if ax < T.ERF_MID:
+        return x + x * (_horner(z, C.ERF_PP) / _horner(z, (1.0, *C.ERF_QQ)))
+    if ax < C.ERF_MID:
         s = ax - 1.0
-        y = T.ERF_ERX + _horner(s, T.ERF_PA) / _horner(s, (1.0, *T.ERF_QA))
+        y = C.ERF_ERX + _horner(s, C.ERF_PA) / _horner(s, (1.0, *C.ERF_QA))
         return -y if x < 0 else y
-    if ax >= T.ERF_BIG:
+    if ax >= C.ERF_BIG:
         return -1.0 if x < 0 else 1.0
     s = 1.0 / (ax * ax)
-    if ax < T.ERF_SPLIT:
-        big_r, big_s = _horner(s, T.ERF_RA), _horner(s, (1.0, *T.ERF_SA))
+    if ax < C.ERF_SPLIT:
+        big_r, big_s = _horner(s, C.ERF_RA), _horner(s, (1.0, *C.ERF_SA))
     else:
-        big_r, big_s = _horner(s, T.ERF_RB), _horner(s, (1.0, *T.ERF_SB))
+        big_r, big_s = _horner(s, C.ERF_RB), _horner(s, (1.0, *C.ERF_SB))
     bits = struct.unpack("<Q", struct.pack("<d", ax))[0] & 0xFFFFFFFF00000000
     zh = struct.unpack("<d", struct.pack("<Q", bits))[0]
     r = exp(-zh * zh - 0.5625) * exp((zh - ax) * (zh + ax) + big_r / big_s)
@@ -176,9 +177,9 @@ def erf(x: float) -> float:
 def _tail(ax: float, split: float) -> float:
     s = 1.0 / (ax * ax)
     if ax < split:
-        big_r, big_s = _horner(s, T.ERF_RA), _horner(s, (1.0, *T.ERF_SA))
+        big_r, big_s = _horner(s, C.ERF_RA), _horner(s, (1.0, *C.ERF_SA))
     else:
-        big_r, big_s = _horner(s, T.ERF_RB), _horner(s, (1.0, *T.ERF_SB))
+        big_r, big_s = _horner(s, C.ERF_RB), _horner(s, (1.0, *C.ERF_SB))
     bits = struct.unpack("<Q", struct.pack("<d", ax))[0] & 0xFFFFFFFF00000000
     zh = struct.unpack("<d", struct.pack("<Q", bits))[0]
     return exp(-zh * zh - 0.5625) * exp((zh - ax) * (zh + ax) + big_r / big_s)
@@ -188,23 +189,23 @@ def erfc(x: float) -> float:
     if math.isnan(x):
         return x
     ax = abs(x)
-    if ax < T.ERF_SMALL:
-        if ax < T.ERFC_TINY:
+    if ax < C.ERF_SMALL:
+        if ax < C.ERFC_TINY:
             return 1.0 - x
         z = x * x
-        y = _horner(z, T.ERF_PP) / _horner(z, (1.0, *T.ERF_QQ))
-        if x < T.ERFC_QUARTER:
+        y = _horner(z, C.ERF_PP) / _horner(z, (1.0, *C.ERF_QQ))
+        if x < C.ERFC_QUARTER:
             return 1.0 - (x + x * y)
         return 0.5 - (x * y + (x - 0.5))
-    if ax < T.ERF_MID:
+    if ax < C.ERF_MID:
         s = ax - 1.0
-        ratio = _horner(s, T.ERF_PA) / _horner(s, (1.0, *T.ERF_QA))
-        return 1.0 + (T.ERF_ERX + ratio) if x < 0 else (1.0 - T.ERF_ERX) - ratio
-    if ax >= T.ERFC_BIG:
+        ratio = _horner(s, C.ERF_PA) / _horner(s, (1.0, *C.ERF_QA))
+        return 1.0 + (C.ERF_ERX + ratio) if x < 0 else (1.0 - C.ERF_ERX) - ratio
+    if ax >= C.ERFC_BIG:
         return 2.0 if x < 0 else 0.0
-    if x < 0 and ax >= T.ERF_BIG:
+    if x < 0 and ax >= C.ERF_BIG:
         return 2.0
-    q = _tail(ax, T.ERFC_SPLIT) / ax
+    q = _tail(ax, C.ERFC_SPLIT) / ax
     return 2.0 - q if x < 0 else q
 
 
