@@ -3,10 +3,15 @@
 Importing torch, libp2p or web3 costs a second each, so `gavel --help` must not pay
 for them: every entry names the module and function that implement it, and each such
 function takes the remaining argv and returns an exit status.
+
+Bad input gets one line on stderr and a non-zero status, never a traceback: each
+command reports its own errors (2 for bad usage), and what still escapes it here is
+said in one line too: Ctrl-C (status 130) and a file-system error (status 1).
 """
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 # name -> (module, function, one-line help)
@@ -20,6 +25,20 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "submit": ("node.submit_cli", "submit_main", "submit a training job to the network (escrow, providers, checked result, disputes, settlement)"),
     "testnet": ("node.testnet_cli", "testnet_main", "run a network of nodes on loopback, some cheating on purpose, and report what happened"),
 }
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
+
+
+def describe_os_error(error: OSError) -> str:
+    """An OSError in one line: 'PATH: reason' (as ls or cp say it), without '[Errno N]'."""
+    reason = error.strerror or str(error)
+    if error.filename is None:
+        return reason
+    if error.filename2 is not None:
+        return f"{error.filename} -> {error.filename2}: {reason}"
+    return f"{error.filename}: {reason}"
 
 
 def _usage() -> str:
@@ -40,8 +59,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gavel: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module, func, _ = COMMANDS[name]
-    entry = getattr(importlib.import_module(module), func)
-    return int(entry(rest) or 0)
+    try:
+        entry = getattr(importlib.import_module(module), func)
+        return int(entry(rest) or 0)
+    except KeyboardInterrupt:
+        newline = "\n" if sys.stderr.isatty() else ""  # after the terminal's "^C", on a line of its own
+        print(f"{newline}gavel {name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader of our output went away (`gavel ... | head`): stop quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except OSError as error:
+        print(f"gavel {name}: {describe_os_error(error)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ By default the cheater is the provider; with ``--cheater-role auditor`` it is th
 auditor, who accuses an honest provider. ``--seed`` seeds the cheat's choices (which
 step, which bit, ...); the job's own seed stays as in the job file.
 
+While it runs it says on stderr what it is doing: each party's training, then each round
+of the game as the referee asks for it (the level and the range of the descent, the
+interval, step or node it asks about) and any timeout.
+
 Output: the verdict, where the descent ended (checkpoint, step, node), the rounds
 against the bound `protocol.max_rounds`, the bytes exchanged and the time spent,
 split into the job's training, the dispute's recomputation, hashing, and game logic
@@ -32,13 +36,14 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import blake3
 
 from protocol import (
-    CHALLENGER, DEFENDER, DisputeParty, DisputeRules, Envelope, GameOver, Identity, Program, Received, Referee,
-    RemoteProtocolError, Send, SignedJobTerms, StateOutputs, Verdict, max_rounds,
+    CHALLENGER, DEFENDER, DisputeParty, DisputeRules, Envelope, EvidenceRequest, GameOver, Identity, IntervalRequest,
+    Program, Received, Referee, RemoteProtocolError, RevealRequest, Send, SignedJobTerms, StateOutputs, StepRequest,
+    Verdict, max_rounds,
 )
 from repops_cupy.train import TrainingProgram
 
@@ -53,6 +58,9 @@ THINK_MS = 100
 START_MS = 1_000
 
 EXIT_HONEST_WON, EXIT_HONEST_LOST, EXIT_USAGE = 0, 1, 2
+
+Progress = Callable[[str], None]  # told one line at a time what the simulation is doing
+LEVEL_NAMES = {1: "checkpoints", 2: "steps", 3: "nodes"}
 
 
 def sim_identity(name: str) -> Identity:
@@ -195,12 +203,14 @@ def _stage_seconds(*timers: StageTimer) -> dict[str, float]:
 
 
 def simulate(training: TrainingProgram, strategy: str, *, cheater_role: str = PROVIDER, seed: int = 0,
-             honest: TrainingOracle | None = None) -> SimResult:
+             honest: TrainingOracle | None = None, progress: Progress | None = None) -> SimResult:
     """Play one dispute between an honest party and a cheater on `training`'s job.
 
     `honest` may be an honest run of this job made earlier (it is reused, not rerun),
-    so that many simulations of one job share it.
+    so that many simulations of one job share it. `progress`, if given, is told each
+    stage (each party's training, each round of the game) as it begins.
     """
+    say = progress or (lambda line: None)
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
     if cheater_role not in (PROVIDER, AUDITOR):
@@ -211,14 +221,20 @@ def simulate(training: TrainingProgram, strategy: str, *, cheater_role: str = PR
     cheat_timer = StageTimer()
     before = _stage_seconds(honest.timer, cheat_timer)
 
+    steps = training.spec.steps
+    honest_role = AUDITOR if cheater_role == PROVIDER else PROVIDER
+    say(f"training: the honest {honest_role}, {steps} steps")
     honest.train()
     # what the cheater knows of the honest computation it departs from: its own copy, on its own clock
     shadow = TrainingOracle(training, timer=cheat_timer, program=program)
-    shadow.train(prefix=honest, prefix_steps=training.spec.steps)
+    shadow.train(prefix=honest, prefix_steps=steps)
+    say(f"training: the other {cheater_role}'s run (it trains honestly)" if strategy == "honest" else
+        f"training: the cheating {cheater_role}'s run ({strategy})")
     cheat: Cheat = STRATEGIES[strategy](CheatContext(training, shadow, random.Random(seed), cheat_timer))
     # the cheater computes exactly what the honest party does before its first deviation
     cheat.oracle.train(prefix=honest, prefix_steps=(cheat.truth.step or 1) - 1)
     trained = _stage_seconds(honest.timer, cheat_timer)
+    say(f"training done in {trained[TRAIN] - before[TRAIN]:.2f} s (+{trained[HASH] - before[HASH]:.2f} s hashing)")
 
     cheater_key, honest_key = (PROVIDER_KEY, AUDITOR_KEY) if cheater_role == PROVIDER else (AUDITOR_KEY, PROVIDER_KEY)
     cheater = DisputeParty(identity=cheater_key, terms=terms, oracle=cheat.oracle, role=cheater_role,
@@ -230,11 +246,15 @@ def simulate(training: TrainingProgram, strategy: str, *, cheater_role: str = PR
                        honest_key.node_id, cheater_key.node_id, cheater_run=cheat.oracle)
     started = time.perf_counter()
     if cheater.trace_root.statement != upright.trace_root.statement:
+        say(f"the trace roots differ: the auditor opens a dispute (at most {result.bound} rounds)")
         referee = Referee(identity=CLIENT, terms=terms, batch_hashes=batch_hashes(training))
         playing = RewritingParty(cheater, cheat.rewrite) if cheat.rewrite else cheater
         auditor, provider = (upright, playing) if cheater_role == PROVIDER else (playing, upright)
-        _play(referee, auditor, provider, result)
+        _play(referee, auditor, provider, result, say)
         result.verdict, result.referee = referee.verdict, referee
+        say(f"the referee ruled after {result.rounds} round{'s' if result.rounds != 1 else ''}")
+    else:
+        say("the trace roots agree: no dispute")
     elapsed = time.perf_counter() - started
     done = _stage_seconds(honest.timer, cheat_timer)
     result.timings = Timings(
@@ -245,14 +265,32 @@ def simulate(training: TrainingProgram, strategy: str, *, cheater_role: str = PR
     return result
 
 
-def _play(referee: Referee, auditor: Any, provider: Any, result: SimResult) -> None:
+def describe_request(body: Any) -> str:
+    """What the referee asks both parties for, in words."""
+    if isinstance(body, RevealRequest):
+        return f"level {body.level} ({LEVEL_NAMES.get(body.level, '?')}): the children of [{body.lo}, {body.hi})"
+    if isinstance(body, IntervalRequest):
+        return f"level 2 (steps): the commitment to interval {body.checkpoint}"
+    if isinstance(body, StepRequest):
+        return f"level 3 (nodes): the commitment to step {body.step}"
+    if isinstance(body, EvidenceRequest):
+        return f"the evidence for node {body.node} of step {body.step}"
+    return type(body).__name__
+
+
+def _play(referee: Referee, auditor: Any, provider: Any, result: SimResult, say: Progress) -> None:
     """Deliver every message as bytes on a simulated clock until the referee has ruled and all is delivered."""
     machines = {CLIENT.node_id: referee, auditor.identity.node_id: auditor, provider.identity.node_id: provider}
     queue: list[tuple[int, int, bytes, bytes]] = []   # (arrival time, order, receiver, bytes)
     order = itertools.count()
+    told = {"rounds": 0}
 
     def post(sender: bytes, actions: list, now: int) -> None:
         answer_delay = 0 if sender == CLIENT.node_id else THINK_MS
+        if sender == CLIENT.node_id and referee.rounds > told["rounds"]:
+            told["rounds"] = referee.rounds
+            asked = next((a.envelope.body for a in actions if isinstance(a, Send)), None)
+            say(f"round {referee.rounds}: {describe_request(asked)}")
         for action in actions:
             if isinstance(action, Send):
                 data = action.envelope.encode()
@@ -266,6 +304,8 @@ def _play(referee: Referee, auditor: Any, provider: Any, result: SimResult) -> N
             if deadline is None:
                 raise RuntimeError(f"the game is stuck in state {referee.state}: nothing in flight, no deadline")
             now = max(now, deadline + 1)
+            say(f"no answer in flight: the simulated clock runs to the referee's deadline "
+                f"({(now - START_MS) / 1000:.1f} s)")
             post(CLIENT.node_id, referee.tick(now=now), now)
             continue
         at, _, to, data = heapq.heappop(queue)
@@ -289,7 +329,8 @@ def _play(referee: Referee, auditor: Any, provider: Any, result: SimResult) -> N
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gavel dispute-sim",
-                                description="Play the dispute game between an honest and a cheating party on a job.")
+                                description="Play the dispute game between an honest and a cheating party on a job.",
+                                usage="gavel dispute-sim JOB.toml --cheat STRATEGY [options] (see --help)")
     p.add_argument("job", help="job file (TOML)")
     p.add_argument("--cheat", required=True, choices=list(STRATEGIES), help="the cheater's strategy")
     p.add_argument("--steps", type=int, help="number of steps (overrides job.steps)")
@@ -333,18 +374,18 @@ def dispute_sim_main(argv: list[str]) -> int:
         from .roundlog_dispute import dispute_sim_main as roundlog_dispute_sim
         return roundlog_dispute_sim(argv)  # model.kind = "torch-roundlog": its own game and cheats
     args = _parser().parse_args(argv)
-    from repops_cupy.data import DataError
-    from repops_cupy.jobspec import JobSpecError, load_job
+    from .train_cli import UsageError, load_training
     try:
-        spec = load_job(args.job)
-        if args.steps is not None:
-            spec = spec.with_steps(args.steps)
-        training = TrainingProgram(spec)
-        training.graph
-    except (JobSpecError, DataError) as exc:
+        training = load_training(args.job, args.steps)
+    except UsageError as exc:
         print(f"gavel dispute-sim: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    result = simulate(training, args.cheat, cheater_role=args.cheater_role, seed=args.seed)
+    started = time.perf_counter()
+
+    def progress(line: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f} s] {line}", file=sys.stderr, flush=True)
+
+    result = simulate(training, args.cheat, cheater_role=args.cheater_role, seed=args.seed, progress=progress)
     for line in report_lines(result):
         print(line)
     if args.json:

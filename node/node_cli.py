@@ -42,16 +42,41 @@ def _node_parser() -> argparse.ArgumentParser:
 
 
 def node_main(argv: list[str]) -> int:
-    args = _node_parser().parse_args(argv)
+    parser = _node_parser()
+    args = parser.parse_args(argv)
     from .config import overrides_from_args
+    from .errors import ConfigError
 
     overrides = overrides_from_args(args)
+    try:
+        _check_addresses(overrides)
+    except ConfigError as error:
+        parser.error(str(error))
     try:
         if args.command == "init":
             return _init(args.data_dir, overrides)
         return _start(args.data_dir, overrides)
     except NodeError as error:
         return _fail(str(error))
+
+
+def _check_addresses(values, where: str = "--") -> None:
+    """The listen address and bootstrap peers are multiaddrs (a bootstrap peer's ending in
+    /p2p/<peer id>): checked before anything is written or started. `where` prefixes a name."""
+    from multiaddr import Multiaddr
+
+    from .errors import ConfigError
+
+    for name, addrs, peer in (("listen", [values.get("listen")], False), ("bootstrap", values.get("bootstrap"), True)):
+        for addr in addrs or []:
+            if addr is None:
+                continue
+            try:
+                protocols = [p.name for p in Multiaddr(addr).protocols()]
+            except Exception as error:  # multiaddr raises several types for a bad address
+                raise ConfigError(f"{where}{name}: {addr!r} is not a multiaddr ({error})") from None
+            if peer and protocols[-1:] != ["p2p"]:
+                raise ConfigError(f"{where}{name}: {addr!r} does not end in /p2p/<peer id>")
 
 
 def _init(data_dir: Path, values: dict) -> int:
@@ -70,6 +95,7 @@ def _start(data_dir: Path, overrides: dict) -> int:
     from .logs import configure_logging
 
     config = open_datadir(data_dir, overrides)
+    _check_addresses(config.values(), f"{config.config_file}: ")  # the flags' were checked: the file's
     seed = load_seed(config)
     # Lock before anything else starts: a second node on this directory stops here.
     with DataDirLock(config):

@@ -8,10 +8,16 @@ sees it.
 """
 from __future__ import annotations
 
+import sys
 import tomllib
 from pathlib import Path
 
 MODEL_KIND = "torch-roundlog"
+
+
+def _fail(prog: str, message: object, code: int) -> int:
+    print(f"{prog}: {message}", file=sys.stderr, flush=True)
+    return code
 
 
 def is_roundlog_job(path: str) -> bool:
@@ -28,17 +34,19 @@ def train(job_path: str, out_dir: str, *, steps: int | None, resume: bool, threa
           backend: str, micro_batch: int | None) -> int:
     from repops_cupy.roundlog.job import RoundLogJobError, load_spec, train_job
 
+    from .cli import describe_os_error
+
     if resume:
-        print("gavel train: --resume is not supported for rounding-log jobs yet; train again from step 0")
-        return 2
+        return _fail("gavel train", "--resume is not supported for rounding-log jobs yet; train again from step 0", 2)
     try:
         spec = load_spec(job_path)
         if steps is not None:
             spec.setdefault("job", {})["steps"] = steps
         trace = train_job(spec, out_dir, threads=threads, backend=backend, micro_batch=micro_batch)
     except RoundLogJobError as exc:
-        print(f"gavel train: {exc}")
-        return 2
+        return _fail("gavel train", exc, 2)
+    except OSError as exc:
+        return _fail("gavel train", describe_os_error(exc), 1)
     steps_done = trace["steps"]
     log_bytes = sum(s["log_bytes"] for s in steps_done)
     if steps_done:
@@ -55,21 +63,22 @@ def replay(job_path: str, run_dir: str, checkpoint: int, *, threads: int | None,
 
     from repops_cupy.roundlog.job import RoundLogJobError, replay_job
 
+    from .cli import describe_os_error
+
     try:
         trace = json.loads((Path(run_dir) / "trace.json").read_text())
-    except (OSError, ValueError) as exc:
-        print(f"gavel replay: cannot read the trace in {run_dir}: {exc}")
-        return 1
-    steps = [c["step"] for c in trace["checkpoints"]]
+        steps = [c["step"] for c in trace["checkpoints"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return _fail("gavel replay", f"cannot read the trace in {run_dir}: {exc}", 1)
     if not 0 <= checkpoint < len(steps) - 1:
-        print(f"gavel replay: checkpoint must lie in 0..{len(steps) - 2}, got {checkpoint}")
-        return 2
+        return _fail("gavel replay", f"--checkpoint must lie in [0, {len(steps) - 2}] for this trace, got {checkpoint}", 2)
     try:
         result = replay_job(job_path, run_dir, start=steps[checkpoint], end=steps[checkpoint + 1],
                             threads=threads, backend=backend, micro_batch=micro_batch)
     except RoundLogJobError as exc:
-        print(f"gavel replay: {exc}")
-        return 2
+        return _fail("gavel replay", exc, 2)
+    except OSError as exc:
+        return _fail("gavel replay", describe_os_error(exc), 1)
     corrections = sum(s.get("corrections", 0) for s in result["steps"])
     span = f"checkpoint {checkpoint} -> {checkpoint + 1} (steps {steps[checkpoint]}..{steps[checkpoint + 1]})"
     if result["first_mismatch"] is None:

@@ -12,7 +12,8 @@ and compares the observed catch rate with `protocol.sampling`'s prediction.
 
 Exit status: 0 when the run's summary is ok (no honest node slashed, every audited cheat
 slashed, every client served or refunded, or missed by sampling only); 1 when it is not;
-2 on a usage error; 3 when the network could not be started.
+2 on a usage error (an --out that is a file, or a folder holding something other than an
+earlier testnet's output, among them); 3 when the network could not be started.
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
 
     d = TestnetOptions()
     p = argparse.ArgumentParser(prog="gavel testnet", description=__doc__.split("\n\n")[0],
+                                usage="gavel testnet [--nodes N] [--cheaters M] [--jobs J] [--out DIR] [options] "
+                                      "(see --help)",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--nodes", type=int, default=d.nodes, help="provider nodes")
     p.add_argument("--cheaters", type=int, default=d.cheaters, help="providers that cheat on purpose")
@@ -82,7 +85,7 @@ def testnet_main(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     from node.testnet.display import LiveDisplay
-    from node.testnet.launcher import LaunchError
+    from node.testnet.launcher import MARKER, LaunchError
     from node.testnet.plan import TestnetOptions
     from node.testnet.run import run_sweep, run_testnet
     from node.testnet.sweep import SWEEP_STRATEGIES
@@ -103,6 +106,7 @@ def testnet_main(argv: list[str]) -> int:
             raise ValueError("--rates: audit rates in (0, 1]")
         if args.sweep and args.auditors < 1:
             raise ValueError("--sweep needs at least one auditor")
+        _check_out(args.out, MARKER)
     except ValueError as error:
         parser.error(str(error))
     command = "gavel testnet " + shlex.join(argv)
@@ -124,6 +128,14 @@ def testnet_main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(report["summary"], sort_keys=True))
     return EXIT_OK if report["summary"]["ok"] else EXIT_FAILED
+
+
+def _check_out(out: Path, marker: str) -> None:
+    """--out is new, or empty, or an earlier testnet's output (which the run replaces)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / marker).exists():
+        raise ValueError(f"--out {out} is not empty and holds no earlier testnet: choose another --out")
 
 
 def print_summary(report: dict, out: Path) -> None:

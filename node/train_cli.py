@@ -6,12 +6,22 @@
 `train` shows a progress bar (on stderr) and prints the trace root in hex as the last
 line of its standard output. `replay` exits 0 only if checkpoint C+1 recomputed from
 checkpoint C hashes to the state hash stored in the trace.
+
+An error is one line on stderr. Exit status 2: bad usage (a job file that is missing or
+wrong, an --out that is a file or already holds a run, a --from that is no directory, a
+--checkpoint out of range); 1: a run that cannot go on or a replay that does not match
+(a damaged checkpoint or trace, another job's run); 130: `train` interrupted (Ctrl-C),
+after saying how to resume. Checkpoints and the trace are written to a temporary file
+and renamed, so an interrupted run leaves none half-written.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -20,16 +30,56 @@ from repops_cupy.checkpoint import CheckpointError
 from repops_cupy.data import DataError
 from repops_cupy.jobspec import JobSpecError, load_job
 from repops_cupy.models import count_params
-from repops_cupy.train import TRACE_FILE, TrainingError, TrainingProgram, replay, train
+from repops_cupy.train import TRACE_FILE, Trace, TrainingError, TrainingProgram, replay, train
 
 from . import roundlog_cli
+from .cli import EXIT_INTERRUPTED, describe_os_error
 
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
 
 
+class UsageError(Exception):
+    """Bad input from the command line: said in one line, exit status 2."""
+
+
+def _fail(prog: str, message: object, code: int) -> int:
+    print(f"{prog}: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def load_training(job: str, steps: int | None = None) -> TrainingProgram:
+    """The job file made executable, its step graph traced; `UsageError` when the file will not do."""
+    try:
+        spec = load_job(job)
+        if steps is not None:
+            spec = spec.with_steps(steps)
+        program = TrainingProgram(spec)
+        program.graph
+    except (JobSpecError, DataError, TrainingError) as exc:
+        raise UsageError(exc) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{job}: not a text (UTF-8) file") from None
+    except OSError as exc:
+        raise UsageError(describe_os_error(exc)) from None
+    return program
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a directory")
+
+
+def _make_out(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create the directory ({exc.strerror or exc})") from None
+
+
 def _train_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gavel train", description="Train a job with reproducible operators.")
+    p = argparse.ArgumentParser(prog="gavel train", description="Train a job with reproducible operators.",
+                                usage="gavel train JOB.toml --out DIR [options] (see --help)")
     p.add_argument("job", help="job file (TOML)")
     p.add_argument("--out", required=True, help="directory for checkpoints and trace.json")
     p.add_argument("--steps", type=int, help="number of steps (overrides job.steps)")
@@ -49,54 +99,83 @@ def _add_roundlog_options(p: argparse.ArgumentParser) -> None:
 
 def train_main(argv: list[str]) -> int:
     args = _train_parser().parse_args(argv)
-    if roundlog_cli.is_roundlog_job(args.job):
-        return roundlog_cli.train(args.job, args.out, steps=args.steps, resume=args.resume, threads=args.threads,
-                                  backend=args.matmul_backend, micro_batch=args.micro_batch)
-    err = Console(stderr=True)
+    out = Path(args.out)
     try:
-        spec = load_job(args.job)
-        if args.steps is not None:
-            spec = spec.with_steps(args.steps)
-        program = TrainingProgram(spec)
-        graph = program.graph
-    except (JobSpecError, DataError) as exc:
-        err.print(f"gavel train: {exc}", markup=False)
-        return EXIT_USAGE
+        _check_out(out)
+        if roundlog_cli.is_roundlog_job(args.job):
+            return roundlog_cli.train(args.job, args.out, steps=args.steps, resume=args.resume,
+                                      threads=args.threads, backend=args.matmul_backend, micro_batch=args.micro_batch)
+        program = load_training(args.job, args.steps)
+        if (out / TRACE_FILE).exists() and not args.resume:
+            raise UsageError(f"{out} already holds a trace: pass --resume to continue it, or choose another --out")
+        _make_out(out)
+    except UsageError as exc:
+        return _fail("gavel train", exc, EXIT_USAGE)
+    spec, graph = program.spec, program.graph
     print(f"job {spec.name}: {spec.model.kind} with {count_params(program.net):,} parameters, "
           f"{len(graph)} nodes per step, {spec.steps} steps of {spec.batch_size}, "
-          f"checkpoint every {spec.checkpoint_interval}")
-    print(f"data root {program.dataset.root().hex()}")
+          f"checkpoint every {spec.checkpoint_interval}", flush=True)
+    print(f"data root {program.dataset.root().hex()}", flush=True)
+    # the bar starts with the first step, so that an error before it is the only line on stderr
     progress = Progress(
         TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
-        TextColumn("{task.fields[rate]} steps/s"), TimeRemainingColumn(), console=err, transient=False,
+        TextColumn("{task.fields[rate]} steps/s"), TimeRemainingColumn(), console=Console(stderr=True),
+        transient=False,
     )
+    task = progress.add_task("train", total=spec.steps, loss="-", rate="-")
     started = time.perf_counter()
-    rate = {"t": started, "n": 0}
-    with progress:
-        task = progress.add_task("train", total=spec.steps, loss="-", rate="-")
+    done = {"steps": 0}
 
-        def on_step(step: int, loss: float) -> None:
-            rate["n"] += 1
-            elapsed = time.perf_counter() - started
-            progress.update(task, completed=step, loss=f"{loss:.4f}", rate=f"{rate['n'] / max(elapsed, 1e-9):.2f}")
+    def on_step(step: int, loss: float) -> None:
+        if not done["steps"]:
+            progress.start()
+        done["steps"] += 1
+        elapsed = time.perf_counter() - started
+        progress.update(task, completed=step, loss=f"{loss:.4f}", rate=f"{done['steps'] / max(elapsed, 1e-9):.2f}")
 
-        try:
-            trace = train(spec, args.out, resume=args.resume, device=args.device, on_step=on_step, program=program)
-            progress.update(task, completed=spec.steps)
-        except (TrainingError, CheckpointError) as exc:
+    def stop() -> None:
+        if done["steps"]:  # (stopping a bar never started still writes an empty line)
             progress.stop()
-            err.print(f"gavel train: {exc}", markup=False)
-            return 1
+
+    try:
+        trace = train(spec, out, resume=args.resume, device=args.device, on_step=on_step, program=program)
+        progress.update(task, completed=spec.steps)
+    except KeyboardInterrupt:
+        stop()
+        return _fail("gavel train", _interrupted(args, out), EXIT_INTERRUPTED)
+    except (TrainingError, CheckpointError) as exc:
+        stop()
+        return _fail("gavel train", exc, 1)
+    except OSError as exc:
+        stop()
+        return _fail("gavel train", describe_os_error(exc), 1)
+    stop()
     if trace.losses:
         print(f"loss: first {trace.losses[0]:.4f}, last {trace.losses[-1]:.4f}")
-    print(f"{len(trace.checkpoints)} checkpoints, trace in {args.out}/{TRACE_FILE}")
+    print(f"{len(trace.checkpoints)} checkpoints, trace in {out}/{TRACE_FILE}")
     print(trace.root.hex())
     return 0
 
 
+def _interrupted(args: argparse.Namespace, out: Path) -> str:
+    """One line: where the run stopped and the command that continues it."""
+    try:
+        steps = [c["step"] for c in json.loads((out / TRACE_FILE).read_text())["checkpoints"]]
+        kept = f"checkpoints up to step {steps[-1]} are kept"
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        kept = "no checkpoint was saved yet"
+    again = ["gavel", "train", args.job, "--out", str(out)]
+    if args.steps is not None:
+        again += ["--steps", str(args.steps)]
+    if args.device != "cpu":
+        again += ["--device", args.device]
+    return f"interrupted; {kept}; resume with: {shlex.join(again + ['--resume'])}"
+
+
 def _replay_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gavel replay",
-                                description="Recompute checkpoint C+1 from checkpoint C and compare with the trace.")
+                                description="Recompute checkpoint C+1 from checkpoint C and compare with the trace.",
+                                usage="gavel replay JOB.toml --from DIR --checkpoint C [options] (see --help)")
     p.add_argument("job", help="job file (TOML)")
     p.add_argument("--from", dest="run_dir", required=True, help="directory written by gavel train")
     p.add_argument("--checkpoint", type=int, required=True, help="index C of the starting checkpoint")
@@ -107,19 +186,28 @@ def _replay_parser() -> argparse.ArgumentParser:
 
 def replay_main(argv: list[str]) -> int:
     args = _replay_parser().parse_args(argv)
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        return _fail("gavel replay", f"--from {run_dir}: {'not a directory' if run_dir.exists() else 'no such directory'}",
+                     EXIT_USAGE)
     if roundlog_cli.is_roundlog_job(args.job):
         return roundlog_cli.replay(args.job, args.run_dir, args.checkpoint, threads=args.threads,
                                    backend=args.matmul_backend, micro_batch=args.micro_batch)
-    err = Console(stderr=True)
     try:
-        spec = load_job(args.job)
-        result = replay(spec, args.run_dir, args.checkpoint, device=args.device)
-    except (JobSpecError, DataError) as exc:
-        err.print(f"gavel replay: {exc}", markup=False)
-        return EXIT_USAGE
+        spec = load_training(args.job).spec
+    except UsageError as exc:
+        return _fail("gavel replay", exc, EXIT_USAGE)
+    try:
+        trace = Trace.load(run_dir / TRACE_FILE)
+        last = len(trace.checkpoints) - 2
+        if not 0 <= args.checkpoint <= last:
+            return _fail("gavel replay", f"--checkpoint must lie in [0, {last}] for this trace, got {args.checkpoint}",
+                         EXIT_USAGE)
+        result = replay(spec, run_dir, args.checkpoint, device=args.device)
     except (TrainingError, CheckpointError) as exc:
-        err.print(f"gavel replay: {exc}", markup=False)
-        return EXIT_MISMATCH
+        return _fail("gavel replay", exc, EXIT_MISMATCH)
+    except OSError as exc:
+        return _fail("gavel replay", describe_os_error(exc), EXIT_MISMATCH)
     span = f"checkpoint {result.checkpoint} -> {result.checkpoint + 1} (steps {result.from_step}..{result.to_step})"
     if result.matches:
         print(f"{span}: match, state hash {result.got} ({result.seconds:.2f} s)")

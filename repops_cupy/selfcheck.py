@@ -5,7 +5,9 @@ kernel family, NumPy's SIMD level, memory order of the inputs, float64 GEMM engi
 -- and each child hashes every operator's output on the fixed example inputs of
 `op_examples`. One line per operator says its hash and whether all agreed; with a
 CUDA GPU a CuPy column is added. Exit status 0 only if every operator agreed
-everywhere and every registered operator has example inputs.
+everywhere and every registered operator has example inputs. While the children run,
+a line on stderr says when each configuration starts and ends ("config 3/9: ...");
+a configuration whose child fails is reported there and counts as disagreeing.
 
     python -m repops_cupy.selfcheck            (or: gavel selfcheck)
 """
@@ -16,6 +18,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -111,6 +115,39 @@ def _run_child(config: Config) -> dict[str, str]:
     return json.loads(proc.stdout)
 
 
+_say_lock = threading.Lock()
+
+
+def _say(line: str) -> None:
+    """A progress line on stderr (children run in threads: one whole line at a time)."""
+    with _say_lock:
+        print(f"selfcheck: {line}", file=sys.stderr, flush=True)
+
+
+def _run_configs(configs: tuple[Config, ...], jobs: int) -> dict[str, dict[str, str]]:
+    """Every configuration's hashes, `jobs` children at a time, saying as each starts and ends."""
+    total, finished = len(configs), []
+
+    def run(numbered: tuple[int, Config]) -> dict[str, str]:
+        i, config = numbered
+        _say(f"config {i}/{total}: {config.name} started")
+        started = time.perf_counter()
+        try:
+            hashes = _run_child(config)
+        except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
+            finished.append(config.name)
+            last = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
+            _say(f"config {i}/{total}: {config.name} FAILED ({last[0]}); {len(finished)}/{total} done")
+            return {}  # every operator then reads as differing in this configuration
+        finished.append(config.name)
+        _say(f"config {i}/{total}: {config.name} done in {time.perf_counter() - started:.1f} s, "
+             f"{len(hashes)} cases; {len(finished)}/{total} done")
+        return hashes
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return dict(zip([c.name for c in configs], pool.map(run, enumerate(configs, 1))))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gavel selfcheck", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -127,15 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     from .registry import names
 
     missing = missing_examples(names())
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = dict(zip([c.name for c in CONFIGS], pool.map(_run_child, CONFIGS)))
+    _say(f"{len(CONFIGS)} configurations, {max(1, args.jobs)} at a time, each in its own process")
+    results = _run_configs(CONFIGS, args.jobs)
     if gpu_available():
+        _say("cupy: the GPU, in this process")
         results["cupy"] = run_cases(device="gpu")
 
     columns = list(results)
-    labels = list(results[columns[0]])
+    labels = list(dict.fromkeys(label for col in columns for label in results[col]))  # a failed child has none
     report = {}
-    all_agree = not missing
+    all_agree = not missing and all(results.values())
     for label in labels:
         values = {col: results[col].get(label, "missing") for col in columns}
         agree = len(set(values.values())) == 1 and not values[columns[0]].startswith("error")
@@ -147,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if all_agree else 1
 
     print(f"configurations: {', '.join(columns)}")
-    width = max(len(l) for l in labels)
+    width = max((len(l) for l in labels), default=12)
     for label, row in report.items():
         mark = "agree" if row["agree"] else "DIFFER: " + ", ".join(row["differs"])
         print(f"{label:<{width}}  {row['hash'][:16]:<16}  {mark}")
@@ -155,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'':<{width}}  {row['hash']}")
     for name in missing:
         print(f"{name:<{width}}  no example inputs (add one to repops_cupy/op_examples.py)")
+    for col in columns:
+        if not results[col]:
+            print(f"configuration {col}: its child process failed (said on stderr above)")
     print("selfcheck: " + ("all operators agree in every configuration" if all_agree else "FAILED"))
     return 0 if all_agree else 1
 

@@ -163,6 +163,20 @@ def run_cli(capsys, *argv: str) -> tuple[int, list[str]]:
     return code, capsys.readouterr().out.strip().splitlines()
 
 
+def test_cli_says_on_stderr_what_it_is_doing_round_by_round(job, capsys):
+    code = cli.main(["dispute-sim", str(job), "--cheat", "wrong-op-output", "--steps", "6", "--seed", "4", "--json"])
+    captured = capsys.readouterr()
+    result = json.loads(captured.out.strip().splitlines()[-1])
+    said = [line.split("] ", 1)[1] for line in captured.err.strip().splitlines()]
+    assert code == 0 and said[0].startswith("training: the honest")
+    rounds = [line for line in said if line.startswith("round ")]
+    assert [int(line.split(":")[0].split()[1]) for line in rounds] == list(range(1, result["rounds"] + 1))
+    assert rounds[0].startswith("round 1: level 1 (checkpoints)")
+    assert said.index("the trace roots differ: the auditor opens a dispute "
+                      f"(at most {result['bound']} rounds)") < said.index(rounds[0])
+    assert said[-1] == f"the referee ruled after {result['rounds']} rounds"
+
+
 def test_cli_prints_the_verdict_and_ends_with_json(job, capsys):
     code, lines = run_cli(capsys, str(job), "--cheat", "wrong-op-output", "--steps", "6", "--seed", "4",
                           "--cheater-role", "auditor", "--json")

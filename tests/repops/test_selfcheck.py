@@ -37,3 +37,10 @@ def test_selfcheck_agrees_across_configurations():
     differing = {k: v["differs"] for k, v in report["ops"].items() if not v["agree"]}
     assert report["ok"] and proc.returncode == 0, differing
     assert len(report["configs"]) >= 8
+    said = [line for line in proc.stderr.splitlines() if line.startswith("selfcheck: config ")]
+    children = [name for name in report["configs"] if name != "cupy"]  # the GPU column runs in-process
+    total = len(children)
+    for i, name in enumerate(children, 1):  # each configuration said when it started and ended
+        assert f"selfcheck: config {i}/{total}: {name} started" in said
+        assert any(line.startswith(f"selfcheck: config {i}/{total}: {name} done in ") for line in said)
+    assert said[-1].endswith(f"{total}/{total} done")

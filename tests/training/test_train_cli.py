@@ -26,7 +26,9 @@ def test_train_prints_root_last_and_replay_checks_it(tmp_path, capsys):
     (out / "trace.json").write_text(json.dumps(trace))
     assert main(["replay", str(job), "--from", str(out), "--checkpoint", "1"]) == 1
     assert "MISMATCH" in capsys.readouterr().out
-    assert main(["replay", str(job), "--from", str(out), "--checkpoint", "2"]) == 1
+    # the last checkpoint starts no interval: a usage error that names the range
+    assert main(["replay", str(job), "--from", str(out), "--checkpoint", "2"]) == 2
+    assert "--checkpoint must lie in [0, 1]" in capsys.readouterr().err
 
 
 def test_invalid_job_names_the_field(tmp_path, capsys):
