@@ -12,6 +12,10 @@ from .envelope import (
     MAX_MESSAGE_SIZE, MAX_TENSOR_MESSAGE_SIZE, MESSAGE_TYPES, NEVER, Envelope, Message, ReplayGuard,
     decode_envelope,
 )
+from .economics import (
+    ESTIMATED_GAS, Allowances, Bonds, ChainSettings, EconomicTerms, GasFigures, JobDeadlines, allowances, bonds,
+    check_open, client_samples, job_deadlines, job_min_stake, min_stake,
+)
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .game_state import CHALLENGER, DEFENDER, REFEREE, TRANSITIONS, ChessClock, GameState
 from .identity import (
@@ -19,6 +23,7 @@ from .identity import (
 )
 from .jobs import CheckpointSchedule, DisputeRules, JobTerms, SignedJobTerms, job_id
 from .keyfile import KeyFileError, create_key_file, read_key_file, write_key_file
+from .listtree import ListProof, ListTree, list_root
 from .merkle import ChildrenProof, Descent, InclusionProof, MerkleTree, leftmost_difference
 from .messages import (
     CONTRADICTION, EQUIVOCATION, FAULT_REASONS, INVALID_MOVE, TIMEOUT, UNCOMPUTABLE, WRONG_RESULT, Commitment,
@@ -62,4 +67,9 @@ __all__ = [
     # audit sampling
     "catch_probability", "miss_probability", "catch_probability_across_auditors",
     "catch_probability_across_jobs", "min_samples",
+    # economics (docs/economics.md): allowances, deadlines, bonds, stake
+    "ChainSettings", "GasFigures", "ESTIMATED_GAS", "EconomicTerms", "Allowances", "Bonds", "JobDeadlines",
+    "allowances", "bonds", "check_open", "client_samples", "job_deadlines", "job_min_stake", "min_stake",
+    # keccak list commitments (the contract's LibList)
+    "ListTree", "ListProof", "list_root",
 ]
