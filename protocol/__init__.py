@@ -38,6 +38,10 @@ from .sampling import (
     catch_probability, catch_probability_across_auditors, catch_probability_across_jobs, miss_probability,
     min_samples,
 )
+from .statements import (
+    NODES, STATEMENT_KINDS, STEPS, TRACE, Equivocation, SeatStatement, SignedStatement, StatementDomain,
+    VerdictStatement, contradicts, find_equivocation, recover_signer, sign_statement,
+)
 
 __all__ = [
     # errors
@@ -72,4 +76,7 @@ __all__ = [
     "allowances", "bonds", "check_open", "client_samples", "job_deadlines", "job_min_stake", "min_stake",
     # keccak list commitments (the contract's LibList)
     "ListTree", "ListProof", "list_root",
+    # EIP-712 statements signed by account keys
+    "StatementDomain", "SeatStatement", "VerdictStatement", "SignedStatement", "Equivocation", "STATEMENT_KINDS",
+    "TRACE", "STEPS", "NODES", "sign_statement", "recover_signer", "find_equivocation", "contradicts",
 ]
