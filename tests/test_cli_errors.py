@@ -223,6 +223,7 @@ def saved_steps(run: Path) -> list[int]:
         return []
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_train_says_how_to_resume_and_the_resumed_run_completes(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "node", "train", str(MLP), "--out", str(out), "--steps", "1000000"],

@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from contracts import ETHER, ContractRevert, EmbeddedChain, Outcome, Settlement
 
-pytestmark = pytest.mark.settlement
+pytestmark = [pytest.mark.settlement, pytest.mark.slow]
 
 UNBONDING_DELAY = 200
 MIN_STAKE = ETHER

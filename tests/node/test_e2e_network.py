@@ -24,7 +24,7 @@ from node.roles.chain import ensure_dev_contract
 from .test_roles_support import write_job
 
 ANVIL = find_anvil()
-pytestmark = [pytest.mark.e2e, pytest.mark.anvil,
+pytestmark = [pytest.mark.e2e, pytest.mark.anvil, pytest.mark.slow,
               pytest.mark.skipif(ANVIL is None, reason="anvil not installed: run `npm install` at the repository root")]
 
 GAVEL = [sys.executable, "-m", "node"]

@@ -16,7 +16,7 @@ from .test_e2e_network import ENV, GAVEL, NodeProcess, job_state, wait_until
 from .test_roles_support import write_job
 
 ANVIL = find_anvil()
-pytestmark = [pytest.mark.e2e, pytest.mark.anvil,
+pytestmark = [pytest.mark.e2e, pytest.mark.anvil, pytest.mark.slow,
               pytest.mark.skipif(ANVIL is None, reason="anvil not installed: run `npm install` at the repository root")]
 
 # Long enough (several seconds) to be caught mid-run; checkpoints every 10 steps.

@@ -37,6 +37,7 @@ def _offer_request(offer: bytes, client_account: str, contract: str) -> bytes:
                  "client_account": client_account, "client_addrs": []})
 
 
+@pytest.mark.slow
 @trio_test(timeout=300)
 async def test_hostile_peers_on_the_job_and_dispute_protocols(tmp_path):
     job_file = write_job(tmp_path)

@@ -1,6 +1,7 @@
 """Roles in one trio process: real libp2p hosts on loopback, one embedded EVM, real training."""
 from __future__ import annotations
 
+import pytest
 import trio
 
 from contracts import JobStatus
@@ -115,6 +116,7 @@ def context_key(node) -> str:
     return context_of(node).identity.node_id.hex()
 
 
+@pytest.mark.slow
 @trio_test(timeout=400)
 async def test_a_client_restarted_mid_dispute_resumes_refereeing_it(tmp_path):
     job_file = write_job(tmp_path)

@@ -222,6 +222,7 @@ def test_with_wait_verified_the_json_stays_the_last_line(capsys):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_an_interrupted_submit_exits_130_and_says_how_to_follow_its_job(tmp_path):
     import signal
 
