@@ -4,6 +4,10 @@ Everything a node needs is re-exported here; the modules are small and private i
 spirit. The one module that touches the file system is `protocol.keyfile`.
 """
 from .actions import Action, GameOver, Outbox, Received, Send
+from .claims import (
+    CLAIM_TRANSITIONS, Appeal, Claim, ClaimGame, DrawReferee, Endorse, Join, Pick, PostEvidence, PostList,
+    RecomputeQueue, Rule, Timeout, claim_id, game_id,
+)
 from .commitments import (
     ROOT_KINDS, CommitmentStore, EquivocationProof, SignedRoot, commit_trace, equivocation_proof, hash_tree,
     state_leaf, state_names, state_root, state_tree,
@@ -79,4 +83,7 @@ __all__ = [
     # EIP-712 statements signed by account keys
     "StatementDomain", "SeatStatement", "VerdictStatement", "SignedStatement", "Equivocation", "STATEMENT_KINDS",
     "TRACE", "STEPS", "NODES", "sign_statement", "recover_signer", "find_equivocation", "contradicts",
+    # the claim game over commitments (docs/economics.md, section 8)
+    "ClaimGame", "Claim", "CLAIM_TRANSITIONS", "RecomputeQueue", "game_id", "claim_id",
+    "Join", "PostList", "Endorse", "Pick", "PostEvidence", "DrawReferee", "Rule", "Appeal", "Timeout",
 ]
