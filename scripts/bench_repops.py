@@ -8,6 +8,13 @@ followed by min/min (best of the repeats: on a shared, loaded machine the least
 disturbed pair; multi-threaded BLAS suffers most from other processes).
 
     python scripts/bench_repops.py [--threads 1 2] [--repeats 7] [--quick] [--matmul-only]
+    python scripts/bench_repops.py --gpu [--repeats 7] [--json]
+
+`--gpu` times the reproducible product on CuPy against cuBLAS float32 SGEMM (TF32 off:
+CUPY_TF32 is cleared before CuPy loads) on the same arrays, in this process, each call
+followed by a device synchronize; beside it, as the pieces an int8 engine is built from,
+float64 DGEMM and (where torch sees the GPU) one int8 product, torch._int_mm, of the same
+size, each as a ratio to SGEMM. `--json` ends the output with one JSON line.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ import sys
 import time
 
 MATMUL_SHAPES = ((256, 256, 256), (1024, 1024, 1024), (64, 4096, 4096))
+GPU_SHAPES = ((1024, 1024, 1024), (4096, 4096, 4096))
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
@@ -107,6 +115,66 @@ def _elementwise_rows(repeats: int, quick: bool) -> list[dict]:
     return rows
 
 
+def _gpu_rows(repeats: int) -> dict:
+    """The GPU table: reproducible product, DGEMM and one int8 product, each over SGEMM."""
+    import numpy as np
+
+    from repops_cupy._backend import cupy_module
+    from repops_cupy.matmul import matmul, prepare_b
+
+    cp = cupy_module()
+    if cp is None:
+        raise SystemExit("bench_repops --gpu: no CUDA GPU with CuPy on this machine")
+    try:
+        import torch
+        cuda_torch = torch if torch.cuda.is_available() else None
+    except ImportError:
+        cuda_torch = None
+
+    def synced(fn):
+        def run():
+            fn()
+            cp.cuda.Device().synchronize()
+            if cuda_torch is not None:
+                cuda_torch.cuda.synchronize()
+        return run
+
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    rng = np.random.default_rng(0)
+    rows = []
+    for m, k, n in GPU_SHAPES:
+        a = cp.asarray(rng.standard_normal((m, k)).astype(np.float32))
+        b = cp.asarray(rng.standard_normal((k, n)).astype(np.float32))
+        sgemm = synced(lambda: a @ b)  # exact: baseline timing only (cuBLAS SGEMM, TF32 off)
+        prepared = prepare_b(b)
+        plain = _paired_times(synced(lambda: matmul(a, b)), sgemm, repeats)
+        reuse = _paired_times(synced(lambda: matmul(a, prepared)), sgemm, repeats)
+        row = _row(f"gpu matmul {m}x{k}x{n}", plain, ratio_prepared_b=reuse["ours"] / reuse["numpy"],
+                   baseline="cuBLAS SGEMM, TF32 off")
+        row["sgemm_ms"] = row.pop("numpy_ms")
+        a64, b64 = a.astype(cp.float64), b.astype(cp.float64)
+        dgemm = _paired_times(synced(lambda: a64 @ b64), sgemm, repeats)  # exact: baseline timing only
+        row["dgemm_ratio"] = dgemm["ours"] / dgemm["numpy"]
+        if cuda_torch is not None:
+            ta = cuda_torch.randint(-128, 128, (m, k), dtype=cuda_torch.int8, device="cuda")
+            tb = cuda_torch.randint(-128, 128, (k, n), dtype=cuda_torch.int8, device="cuda")
+            int8 = _paired_times(synced(lambda: cuda_torch._int_mm(ta, tb)), sgemm, repeats)
+            row["int8_ratio"] = int8["ours"] / int8["numpy"]
+        rows.append(row)
+    return {"parsed": True, "device": name, "cupy": cp.__version__, "repeats": repeats, "rows": rows}
+
+
+def _print_gpu(result: dict) -> None:
+    print(f"{result['device']}, CuPy {result['cupy']}: time ratio over cuBLAS SGEMM, TF32 off "
+          f"(median of {result['repeats']}; lower is better)")
+    for r in result["rows"]:
+        int8 = f", one int8 product {r['int8_ratio']:5.2f}x" if "int8_ratio" in r else ""
+        print(f"{r['case']:28s} | reproducible {r['ratio']:5.2f}x, min/min {r['ratio_min']:5.2f}x, "
+              f"reused B {r['ratio_prepared_b']:5.2f}x (SGEMM {r['sgemm_ms']:7.3f} ms) | "
+              f"DGEMM {r['dgemm_ratio']:5.2f}x{int8}")
+
+
 def _child(args) -> None:
     rows = _matmul_rows(args.repeats)
     if not args.matmul_only:
@@ -131,8 +199,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="elementwise on 1e6 elements only")
     parser.add_argument("--matmul-only", action="store_true", help="skip exp / softmax / layer_norm")
+    parser.add_argument("--gpu", action="store_true", help="time the CuPy path against cuBLAS SGEMM instead")
+    parser.add_argument("--json", action="store_true", help="with --gpu: end with one JSON line")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.gpu:
+        os.environ.pop("CUPY_TF32", None)  # before CuPy loads: float32 products stay float32
+        result = _gpu_rows(args.repeats)
+        _print_gpu(result)
+        if args.json:
+            print(json.dumps(result))
+        return
     if args.child:
         _child(args)
         return
