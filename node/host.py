@@ -1,15 +1,11 @@
-"""The node's libp2p host: identity, transports, stream protocols, gossip, bootstrap.
+"""The node's libp2p host: transports, stream protocols, bootstrap and peer target.
 
 Configuration follows what was measured on this project (``notes/libp2p.md``):
 TCP + Noise only (a default host would also accept plaintext), Yamux, one connection
 per peer (without it every dial stalls 250 ms), explicit bootstrap addresses and no
-mDNS, GossipSub v1.1 with a 1 s heartbeat and spam protection and adaptive gossip off.
-The host keeps a small peer target itself instead of libp2p's auto-connector, which
-aims at 200 connections.
-
-One 32-byte seed is the node's whole identity: it gives the PyNaCl ``SigningKey``
-that signs protocol messages and the libp2p Ed25519 key whose public half is the
-PeerID, so a PeerID names the key that signed a commitment.
+mDNS. The host keeps a small peer target itself instead of libp2p's auto-connector,
+which aims at 200 connections. Gossip (GossipSub and its settings) is ``node.gossip``,
+run by the host as ``host.gossip``; the identity one seed gives is ``node.peer_identity``.
 
 Start-up follows trio's convention::
 
@@ -34,25 +30,21 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 import trio
 from libp2p import new_host
 from libp2p.abc import INotifee
-from libp2p.crypto.ed25519 import Ed25519PrivateKey
-from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
 from libp2p.exceptions import BaseLibp2pError
 from libp2p.network.auto_connector import AutoConnector
 from libp2p.network.config import ConnectionConfig, RetryConfig
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.pubsub.gossipsub import PROTOCOL_ID as GOSSIP_V10, PROTOCOL_ID_V11 as GOSSIP_V11, GossipSub
-from libp2p.pubsub.pubsub import Pubsub
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_ID, Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_ID, Yamux
-from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
-from nacl.signing import SigningKey
 
 from .errors import BadMessage, LocalError, PeerError, PeerUnreachable
 from .framing import FramedStream, pack, unpack
+from .gossip import Gossip, GossipSettings
 from .metrics import NodeMetrics
+from .peer_identity import identity_from_seed
 from .streams import (
     RequestChannel,
     RequestHandler,
@@ -74,207 +66,12 @@ DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 NEGOTIATION_FLOOR = 10.0  # seconds: libp2p's own default for negotiations and upgrades
 PING_PROTOCOL = "/gavel/ping/1.0.0"
 PING_LIMITS = StreamLimits(max_frame=16 * 1024, read_timeout=5.0, write_timeout=5.0, idle_timeout=30.0)
-# The largest gossip item we publish or accept: gossip carries hashes, roots and
-# signatures; tensors go over streams (GossipSub drops > 1 MiB without a word).
-MAX_GOSSIP_BYTES = 64 * 1024
 # The peer loops wake on every connect and disconnect; this bounds the wait for an
 # event that libp2p failed to report.
 PEER_CHECK_INTERVAL = 10.0
 # The peer-target loop leaves a peer alone this long after a failed dial or a
 # disconnect (no redial loops against a peer that closes on us).
 PEER_DIAL_COOLDOWN = 60.0
-
-
-# -- identity ----------------------------------------------------------------------
-
-
-def identity_from_seed(seed: bytes) -> tuple[SigningKey, KeyPair]:
-    """The protocol signing key and the libp2p key pair of one 32-byte seed."""
-    if not isinstance(seed, (bytes, bytearray)) or len(seed) != 32:
-        raise LocalError("a node seed is exactly 32 bytes")
-    private = Ed25519PrivateKey.new(bytes(seed))
-    return SigningKey(bytes(seed)), KeyPair(private, private.get_public_key())
-
-
-def peer_id_from_seed(seed: bytes) -> ID:
-    return ID.from_pubkey(identity_from_seed(seed)[1].public_key)
-
-
-def public_key_of(peer_id: ID) -> bytes:
-    """The 32-byte Ed25519 key a PeerID names (it is embedded in the ID)."""
-    key = peer_id.extract_public_key()
-    if key is None:
-        raise BadMessage("peer id does not embed an Ed25519 key", peer=peer_id)
-    return key.to_bytes()
-
-
-def peer_id_of_key(public_key: bytes) -> ID:
-    from libp2p.crypto.ed25519 import Ed25519PublicKey
-
-    return ID.from_pubkey(Ed25519PublicKey.from_bytes(public_key))
-
-
-# -- gossip ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GossipSettings:
-    heartbeat: float = 1.0
-    degree: int = 6
-    degree_low: int = 4
-    degree_high: int = 12
-    # Minimum gap between two of our publishes: publish() has no backpressure and a
-    # peer's outbound queue drops beyond 32 pending messages.
-    publish_interval: float = 0.005
-    max_message: int = MAX_GOSSIP_BYTES
-    # Messages waiting for a topic's handler; beyond this they are dropped and counted.
-    handler_queue: int = 1024
-
-    @classmethod
-    def of_degree(cls, degree: int, **settings: Any) -> "GossipSettings":
-        """GossipSub's proportions around mesh degree ``degree``: low 2/3 of it, high twice it."""
-        degree = max(1, degree)
-        return cls(degree=degree, degree_low=max(1, 2 * degree // 3), degree_high=2 * degree, **settings)
-
-
-@dataclass(frozen=True)
-class GossipMessage:
-    """One gossip item. ``origin`` published it and signed it with its key (libp2p's
-    strict signing, checked before delivery). ``forwarder`` is the neighbour that
-    relayed it, known to validators only."""
-
-    topic: str
-    data: bytes
-    origin: ID
-    forwarder: ID | None
-    seqno: bytes
-
-    @property
-    def origin_public_key(self) -> bytes:
-        return public_key_of(self.origin)
-
-
-GossipHandler = Callable[[GossipMessage], Awaitable[None]]
-GossipValidator = Callable[[GossipMessage], bool]
-
-
-class Gossip:
-    """Publish/subscribe over GossipSub with the note's traps handled.
-
-    Each subscription gets a reader task that always drains libp2p's 32-message
-    buffer into our own queue (a slow consumer would otherwise lose messages
-    silently) and a worker that calls the handler; own publishes come back on our
-    own subscription and are skipped unless asked for.
-    """
-
-    def __init__(self, pubsub: Pubsub, my_id: ID, settings: GossipSettings, metrics: NodeMetrics) -> None:
-        self._pubsub = pubsub
-        self._my_id = my_id
-        self.settings = settings
-        self._metrics = metrics
-        self._nursery: trio.Nursery | None = None
-        self._publish_lock = trio.Lock()
-        self._next_publish = 0.0
-        self._topics: dict[str, trio.CancelScope] = {}
-
-    def _attach(self, nursery: trio.Nursery | None) -> None:
-        self._nursery = nursery
-
-    def _message(self, forwarder: ID, msg: Any) -> GossipMessage:
-        return GossipMessage(
-            topic=msg.topicIDs[0] if msg.topicIDs else "",
-            data=bytes(msg.data),
-            origin=ID(msg.from_id),
-            forwarder=forwarder,
-            seqno=bytes(msg.seqno),
-        )
-
-    def set_validator(self, topic: str, validate: GossipValidator) -> None:
-        """``validate`` decides, synchronously and quickly, whether a message is
-        delivered and forwarded. It also sees our own publishes. Raising counts as no."""
-        limit = self.settings.max_message
-
-        def libp2p_validator(forwarder: ID, msg: Any) -> bool:
-            if len(msg.data) > limit:
-                return False
-            try:
-                return bool(validate(self._message(forwarder, msg)))
-            except Exception:
-                log.exception("gossip validator for %s failed; rejecting the message", topic)
-                return False
-
-        self._pubsub.set_topic_validator(topic, libp2p_validator, is_async_validator=False)
-
-    async def subscribe(self, topic: str, handler: GossipHandler, *, deliver_own: bool = False) -> None:
-        """Deliver every valid message on ``topic`` to ``handler``, one at a time, in the
-        order libp2p hands them over (not necessarily publication order)."""
-        if self._nursery is None:
-            raise LocalError("the host is not running")
-        if topic in self._topics:
-            raise LocalError(f"already subscribed to {topic!r}")
-        subscription = await self._pubsub.subscribe(topic)
-        scope = trio.CancelScope()
-        self._topics[topic] = scope
-        self._nursery.start_soon(self._run_topic, topic, subscription, handler, deliver_own, scope)
-
-    async def unsubscribe(self, topic: str) -> None:
-        scope = self._topics.pop(topic, None)
-        if scope is not None:
-            scope.cancel()
-            await self._pubsub.unsubscribe(topic)
-        else:
-            await trio.lowlevel.checkpoint()
-
-    async def _run_topic(self, topic, subscription, handler, deliver_own, scope) -> None:
-        send, receive = trio.open_memory_channel[GossipMessage](self.settings.handler_queue)
-        with scope:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read_subscription, topic, subscription, send, deliver_own)
-                nursery.start_soon(self._dispatch, topic, receive, handler)
-
-    async def _read_subscription(self, topic, subscription, send, deliver_own) -> None:
-        with send:
-            while True:
-                msg = await subscription.get()
-                origin = ID(msg.from_id)
-                if origin == self._my_id and not deliver_own:
-                    continue
-                item = GossipMessage(topic, bytes(msg.data), origin, None, bytes(msg.seqno))
-                try:
-                    send.send_nowait(item)
-                except trio.WouldBlock:
-                    self._metrics.gossip_dropped.labels(topic).inc()
-                    log.warning("gossip handler for %s is behind; dropped a message", topic)
-
-    async def _dispatch(self, topic, receive, handler) -> None:
-        with receive:
-            async for item in receive:
-                self._metrics.gossip_in.labels(topic).inc()
-                try:
-                    await handler(item)
-                except Exception:
-                    log.exception("gossip handler for %s failed", topic)
-
-    async def publish(self, topic: str, data: bytes) -> None:
-        """Publish one small item (at most ``settings.max_message`` bytes), paced."""
-        if len(data) > self.settings.max_message:
-            raise LocalError(
-                f"gossip item of {len(data)} bytes; the limit is {self.settings.max_message}"
-                " (send large data over a stream)"
-            )
-        async with self._publish_lock:
-            wait = self._next_publish - trio.current_time()
-            if wait > 0:
-                await trio.sleep(wait)
-            try:
-                await self._pubsub.publish(topic, bytes(data))
-            finally:
-                self._next_publish = trio.current_time() + self.settings.publish_interval
-        self._metrics.gossip_out.labels(topic).inc()
-
-    def peers_on(self, topic: str) -> list[ID]:
-        """Peers known to be subscribed to ``topic``."""
-        return list(self._pubsub.peer_topics.get(topic, ()))
 
 
 # -- host --------------------------------------------------------------------------
@@ -371,19 +168,7 @@ class NodeHost:
         network.auto_connector = _IdleAutoConnector(network)
         network.register_notifee(_ConnectionEvents(self))
         self.metrics.peers.set_function(lambda: len(self.connected_peers()))
-        s = self._gossip_settings
-        router = GossipSub(
-            protocols=[GOSSIP_V11, GOSSIP_V10],  # v1.2 queues an IDONTWANT per message
-            degree=s.degree,
-            degree_low=s.degree_low,
-            degree_high=s.degree_high,
-            heartbeat_interval=s.heartbeat,
-            spam_protection_enabled=False,
-            adaptive_gossip_enabled=False,
-        )
-        self._router = router
-        self._pubsub = Pubsub(self.libp2p, router)
-        self.gossip = Gossip(self._pubsub, self.peer_id, s, self.metrics)
+        self.gossip = Gossip(self.libp2p, self.peer_id, self._gossip_settings, self.metrics)
         for protocol, handler in self._handlers.items():
             self.libp2p.set_stream_handler(protocol, handler)
 
@@ -397,10 +182,9 @@ class NodeHost:
                 self._check_port_free()
                 self._build()
                 async with self.libp2p.run([self._listen]):
-                    async with background_trio_service(self._pubsub), background_trio_service(self._router):
-                        await self._pubsub.wait_until_ready()
+                    async with self.gossip.services():
                         async with trio.open_nursery() as nursery:
-                            self.gossip._attach(nursery)
+                            self.gossip.attach(nursery)
                             for addr, peer in self._bootstrap:
                                 nursery.start_soon(self._keep_connected, addr, peer)
                             nursery.start_soon(self._keep_peer_target)
@@ -409,7 +193,7 @@ class NodeHost:
                             await trio.sleep_forever()
         finally:
             if self.gossip is not None:
-                self.gossip._attach(None)
+                self.gossip.attach(None)
             await self._close_swarm()
             self._running = False
             self._stopped.set()

@@ -26,7 +26,8 @@ from .blobs import BlobService, BlobStore
 from .config import Config
 from .datadir import ApiInfo, DataDirLock, remove_api, write_api
 from .errors import ConfigError
-from .host import GossipSettings, NodeHost
+from .gossip import GossipSettings
+from .host import NodeHost
 from .metrics import NodeMetrics, serve_metrics
 from .storage import Storage
 

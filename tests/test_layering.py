@@ -185,8 +185,6 @@ KNOWN_CIRCLES = {
 }
 MAX_MODULE_LINES = 600
 LONG_MODULES = {
-    "node/host.py": "the libp2p host (transports, stream protocols, gossip, peer target) in one trio shell; "
-                    "owned by the node engineers, not yet split",
     "node/roles/client.py": "the client role's whole job life (open, hand out, verify, dispute, settle) as one "
                             "resumable state machine; owned by the node engineers, not yet split",
 }

@@ -31,7 +31,8 @@ from protocol import (
 
 from ..errors import BadMessage, LocalError, PeerError, PeerUnreachable
 from ..framing import pack, unpack
-from ..host import GossipMessage, peer_id_of_key, public_key_of
+from ..gossip import GossipMessage
+from ..peer_identity import peer_id_of_key, public_key_of
 from ..storage import Job
 from ..streams import RequestRefused
 from .chain import ChainBinding, open_binding_sync, parse_ether

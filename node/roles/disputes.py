@@ -33,7 +33,7 @@ from protocol.wire import decode_struct
 
 from ..errors import PeerError
 from ..framing import pack, unpack
-from ..host import peer_id_of_key
+from ..peer_identity import peer_id_of_key
 from ..storage import Dispute
 from .job_protocols import DISPUTE_LIMITS, DISPUTE_PROTOCOL, DisputeMessage
 

@@ -5,7 +5,7 @@ import pytest
 import trio
 
 from node.errors import LocalError
-from node.host import GossipMessage
+from node.gossip import GossipMessage
 
 from .conftest import counter_value, running_hosts, trio_test, wait_until
 

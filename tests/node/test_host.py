@@ -16,7 +16,8 @@ from nacl.signing import VerifyKey
 from node.datadir import peer_id_text
 from node.errors import LocalError, PeerTimeout, PeerUnreachable, ProtocolNotSupported, RemoteError
 from node import host as host_module
-from node.host import NodeHost, identity_from_seed, open_host, peer_id_from_seed, peer_id_of_key, public_key_of
+from node.host import NodeHost, open_host
+from node.peer_identity import identity_from_seed, peer_id_from_seed, peer_id_of_key, public_key_of
 from node.streams import RequestRefused
 
 from .conftest import running_hosts, trio_test, wait_until
