@@ -30,6 +30,16 @@ ENGINES = ("int8", "float64", "torch")
 
 
 @functools.cache
+def torch_available() -> bool:
+    """True if torch imports (the "int8" and "torch" engines need it; "float64" does not)."""
+    try:
+        import torch  # noqa: F401, PLC0415 - heavy optional import
+    except ImportError:
+        return False
+    return True
+
+
+@functools.cache
 def int8_available() -> bool:
     """True if torch._int_mm gives exact int32 sums here, probed on saturating inputs.
 
@@ -37,10 +47,10 @@ def int8_available() -> bool:
     have a known product, K * x * y; the shapes span small and large kernels. A random
     probe is checked against an exact float64 product.
     """
-    try:
-        import torch  # noqa: PLC0415 - heavy optional import, only for this engine
-    except ImportError:
+    if not torch_available():
         return False
+    import torch  # noqa: PLC0415 - heavy optional import, only for this engine
+
     try:
         for (m, k, n) in ((16, 4096, 16), (300, 2048, 260), (512, 2048, 512)):
             for x, y in ((-128, -128), (127, -128), (-128, 127), (127, 127)):

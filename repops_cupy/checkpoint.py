@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-from safetensors import safe_open
-from safetensors.numpy import save_file
 
 from .hashing import canonical_array, sorted_names, state_hash
 
@@ -28,8 +26,19 @@ class CheckpointError(ValueError):
     """A checkpoint file that is missing, malformed or does not match its state hash."""
 
 
+def _safetensors():
+    """(safe_open, save_file), imported when a file is read or written: hashing needs neither."""
+    try:
+        from safetensors import safe_open  # noqa: PLC0415 - optional until a file is touched
+        from safetensors.numpy import save_file  # noqa: PLC0415
+    except ImportError as exc:
+        raise ImportError("checkpoint files need the safetensors package (pip install safetensors)") from exc
+    return safe_open, save_file
+
+
 def save_checkpoint(path: str | Path, state: Mapping[str, Any], *, step: int) -> bytes:
     """Write the state atomically; returns its state hash."""
+    _, save_file = _safetensors()
     path = Path(path)
     # canonical_array makes 0-d arrays 1-d (np.ascontiguousarray does); keep the shape
     tensors = {n: canonical_array(state[n]).reshape(np.shape(state[n])) for n in sorted_names(state)}
@@ -43,6 +52,7 @@ def save_checkpoint(path: str | Path, state: Mapping[str, Any], *, step: int) ->
 
 def load_checkpoint(path: str | Path) -> tuple[dict[str, np.ndarray], int, bytes]:
     """(state, step, state hash) of a checkpoint file, after checking the hash."""
+    safe_open, _ = _safetensors()
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint")

@@ -55,7 +55,7 @@ import numpy as np
 from . import _matmul_cpu as cpu
 from . import _matmul_spec as spec
 from ._backend import array_module
-from ._matmul_engines import CHUNK, ENGINES, float64_planes, int8_available, int8_planes
+from ._matmul_engines import CHUNK, ENGINES, float64_planes, int8_available, int8_planes, torch_available
 from .errors import OpError
 from .registry import Attr, register
 
@@ -168,6 +168,9 @@ def _select_engine(engine: str, xp: ModuleType) -> str:
         raise OpError(f"matmul: unknown engine {engine!r}; expected one of {('auto',) + ENGINES}")
     if engine in ("int8", "torch") and xp is not np:
         raise OpError(f"matmul: engine {engine!r} runs on CPU arrays only")
+    if engine in ("int8", "torch") and not torch_available():
+        raise OpError(f"matmul: engine {engine!r} needs the torch package (pip install torch); "
+                      "engine 'float64' needs NumPy alone and gives the same bits")
     if engine == "int8" and not int8_available():
         raise OpError("matmul: torch._int_mm is not exact on this CPU (no VNNI); use engine 'float64'")
     return engine

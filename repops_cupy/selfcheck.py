@@ -14,6 +14,7 @@ a configuration whose child fails is reported there and counts as disagreeing.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -35,6 +36,7 @@ class Config:
     name: str
     env: dict[str, str] = field(default_factory=dict)
     order: str = "C"  # memory order the child gives the inputs
+    needs: str = ""  # a package the configuration cannot run without (left out, and said so, where absent)
 
 
 CONFIGS = (
@@ -45,7 +47,7 @@ CONFIGS = (
     Config("no-AVX2/512", {"OPENBLAS_NUM_THREADS": "1", "NPY_DISABLE_CPU_FEATURES": NO_AVX}),
     Config("Fortran", {"OPENBLAS_NUM_THREADS": "1"}, order="F"),
     Config("numpy-f64-gemm", {"OPENBLAS_NUM_THREADS": "2", GEMM_ENGINE_ENV: "float64"}),
-    Config("torch-f64-gemm", {"OMP_NUM_THREADS": "2", GEMM_ENGINE_ENV: "torch"}),
+    Config("torch-f64-gemm", {"OMP_NUM_THREADS": "2", GEMM_ENGINE_ENV: "torch"}, needs="torch"),
     # the array code is the specification; the compiled CPU kernels must match it
     Config("array-code", {"OPENBLAS_NUM_THREADS": "1", "REPOPS_CPU_KERNELS": "0"}),
 )
@@ -164,8 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     from .registry import names
 
     missing = missing_examples(names())
-    _say(f"{len(CONFIGS)} configurations, {max(1, args.jobs)} at a time, each in its own process")
-    results = _run_configs(CONFIGS, args.jobs)
+    configs = tuple(c for c in CONFIGS if not c.needs or importlib.util.find_spec(c.needs) is not None)
+    for c in CONFIGS:
+        if c not in configs:
+            _say(f"{c.name} left out: it needs {c.needs}, which is not installed")
+    _say(f"{len(configs)} configurations, {max(1, args.jobs)} at a time, each in its own process")
+    results = _run_configs(configs, args.jobs)
     if gpu_available():
         _say("cupy: the GPU, in this process")
         results["cupy"] = run_cases(device="gpu")
