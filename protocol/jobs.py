@@ -27,6 +27,10 @@ from .merkle import HASH_SIZE, MAX_TREE_SIZE
 from .wire import Bytes, Nested, UInt, WireStruct, wire
 
 MAX_STEPS = 1 << 40
+# The referee's own time, on top of the game's: the challenger reaching it after the
+# chain opened the dispute (the contract's ruling period starts there), the recompute of
+# the disputed node that ends the game, and the `rule` transaction being mined.
+RULING_MARGIN_MS = 120_000
 _JOB_ID_DOMAIN = b"gavel/job-id/v1\0"
 _H = Bytes(HASH_SIZE)
 
@@ -42,6 +46,13 @@ class DisputeRules(WireStruct):
 
     move_timeout_ms: int = field(metadata=wire(UInt(1, 1 << 40)))
     clock_ms: int = field(metadata=wire(UInt(1, 1 << 44)))
+
+    @property
+    def ruling_period(self) -> int:
+        """Seconds the contract gives the referee to rule, from the dispute's opening on
+        chain: both parties' whole clocks, one move timeout more (a last request sent as
+        a clock runs out), and RULING_MARGIN_MS; rounded up to whole seconds."""
+        return -(-(2 * self.clock_ms + self.move_timeout_ms + RULING_MARGIN_MS) // 1000)
 
 
 @dataclass(frozen=True)

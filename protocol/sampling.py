@@ -12,7 +12,7 @@ Python integers and `fractions.Fraction`, never floats.
 from __future__ import annotations
 
 from fractions import Fraction
-from math import comb
+from math import ceil, comb
 
 from .errors import LocalProtocolError
 
@@ -30,6 +30,17 @@ def _check(intervals: int, corrupted: int, samples: int) -> None:
 def _check_count(name: str, value: int) -> None:
     if type(value) is not int or value < 1:
         raise LocalProtocolError(f"{name} must be a positive int, got {value!r}")
+
+
+def sample_size(rate: float, intervals: int) -> int:
+    """m: how many of a job's `intervals` an auditor replays at audit `rate`:
+    ceil(rate * intervals), at least one, at most all. The product is a float's, as
+    auditors have always drawn it (0.07 * 100 is 7.000000000000001, so 8)."""
+    if type(intervals) is not int or intervals < 1:
+        raise LocalProtocolError(f"a job has at least one interval, got {intervals!r}")
+    if isinstance(rate, bool) or not isinstance(rate, (int, float, Fraction)) or not 0 <= rate <= 1:
+        raise LocalProtocolError(f"an audit rate lies in [0, 1], got {rate!r}")
+    return max(1, min(intervals, ceil(rate * intervals)))
 
 
 def miss_probability(intervals: int, corrupted: int, samples: int) -> Fraction:

@@ -68,3 +68,21 @@ def test_invalid_arguments():
                 lambda: min_samples(10, 1, 1.5)):
         with pytest.raises(LocalProtocolError):
             bad()
+
+
+def test_sample_size_is_the_rate_of_the_intervals_rounded_up_at_least_one():
+    from protocol.sampling import sample_size
+
+    assert [sample_size(r, 8) for r in (0, 0.125, 0.2, 0.5, 1)] == [1, 1, 2, 4, 8]
+    assert sample_size(Fraction(1, 3), 9) == 3 and sample_size(1, 1) == 1
+    assert sample_size(0.07, 100) == 8  # a float product, as auditors have always drawn it: 7.000000000000001
+    for rate in (0.125, 0.25, 0.375, 0.5, 0.75):  # the sweep's rates are exact in binary
+        assert all(sample_size(rate, c) == max(1, -(-int(rate * 1000) * c // 1000)) for c in range(1, 40))
+
+
+@pytest.mark.parametrize("rate, intervals", [(0.5, 0), (0.5, 2.0), (-0.1, 4), (1.5, 4), ("1", 4), (True, 4)])
+def test_sample_size_refuses_what_is_no_rate_or_no_job(rate, intervals):
+    from protocol.sampling import sample_size
+
+    with pytest.raises(LocalProtocolError):
+        sample_size(rate, intervals)
