@@ -54,7 +54,7 @@ def unpack(data: bytes, *, peer: object = None) -> Any:
     """Decode a msgpack body; any failure is the peer's fault."""
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except Exception as error:  # msgpack raises a zoo of types for garbage
+    except Exception as error:  # broad: msgpack documents that unpacking may raise any type; all are garbage
         raise BadMessage(f"undecodable message: {type(error).__name__}", peer=peer) from None
 
 

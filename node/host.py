@@ -39,6 +39,7 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_ID, Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_ID, Yamux
 from multiaddr import Multiaddr
+from multiaddr.exceptions import Error as MultiaddrError, ProtocolLookupError
 
 from .errors import BadMessage, LocalError, PeerError, PeerUnreachable
 from .framing import FramedStream, pack, unpack
@@ -138,7 +139,7 @@ class NodeHost:
         try:
             ma = Multiaddr(addr)
             info = info_from_p2p_addr(ma)
-        except Exception as error:
+        except (MultiaddrError, ValueError) as error:  # a bad address; a bad or missing peer id
             raise LocalError(f"{addr!r} is not a multiaddr ending in /p2p/<peer id>: {error}") from None
         return ma, info.peer_id
 
@@ -204,14 +205,14 @@ class NodeHost:
         # (no SO_REUSEPORT) fails against any live listener: probe with one first.
         try:
             port = int(self._listen.value_for_protocol("tcp"))
-        except Exception:
+        except ProtocolLookupError:  # not a TCP address: nothing to probe
             return
         if port == 0:
             return
         for proto, family in (("ip4", socket.AF_INET), ("ip6", socket.AF_INET6)):
             try:
                 ip = self._listen.value_for_protocol(proto)
-            except Exception:
+            except ProtocolLookupError:
                 continue
             with socket.socket(family, socket.SOCK_STREAM) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -231,8 +232,8 @@ class NodeHost:
             scope.shield = True
             try:
                 await self.libp2p.get_network().close()
-            except Exception as error:  # clean-up must not mask why we stopped
-                log.debug("closing the swarm: %r", error)
+            except Exception:  # broad: clean-up in a finally must not mask why we stopped
+                log.debug("closing the swarm failed", exc_info=True)
 
     async def aclose(self) -> None:
         """Stop the host and wait (bounded) until it has shut down. Safe to call twice."""

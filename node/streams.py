@@ -96,7 +96,7 @@ def guarded_handler(
                 if on_peer_error is not None:
                     on_peer_error(framed.peer_id, error)
             await framed.reset()
-        except Exception:
+        except Exception:  # broad: a handler's bug resets its stream only, never the node
             log.exception("%s: handler failed on a stream from %s", protocol, framed.peer_id)
             await framed.reset()
         finally:

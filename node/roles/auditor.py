@@ -29,10 +29,11 @@ import trio
 from libp2p.peer.id import ID
 
 from protocol import Commitment, JobOffer, RemoteProtocolError, decode_envelope, hash_tree
+from protocol.sampling import sample_size
 
 from ..errors import LocalError, PeerError, is_transient
 from ..framing import pack, unpack
-from .context import PartySpec, RoleContext, ceil_fraction
+from .context import PartySpec, RoleContext
 from .jobfiles import BundleError, job_dir
 from .job_protocols import JOB_LIMITS, JOB_PROTOCOL, TOPIC_COMMITMENTS, TOPIC_JOBS, CommitmentNotice, JobAnnouncement, TraceReport, trace_request
 from .provider import _chain_error, _terms, withdraw_credit
@@ -191,7 +192,7 @@ class AuditorRole:
             log.warning("job %s: provider %s signed two different roots", job_id.hex()[:12], key[:8])
         schedule = terms.schedule
         intervals = schedule.intervals
-        sample = sorted(self.rng.sample(range(intervals), ceil_fraction(self.config.audit_rate, intervals)))
+        sample = sorted(self.rng.sample(range(intervals), sample_size(self.config.audit_rate, intervals)))
         suspect = report.trace[0] != terms.initial_state
         if not suspect and len(sample) < intervals:
             suspect = await self._replay_sample(job_id, training, provider, report, sample)

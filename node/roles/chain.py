@@ -66,6 +66,18 @@ def format_ether(wei: int) -> str:
     return f"{Decimal(wei) / ETHER:f}"
 
 
+def chain_failures() -> tuple[type[Exception], ...]:
+    """What a settlement call raises when the chain refuses it or fails: ``contracts``'
+    ``SettlementError`` (a revert, an RPC failure) and the embedded EVM's own refusal of a
+    transaction it cannot run (eth-tester's ``ValidationError``: an account that cannot pay
+    the gas). Imported on use, like contracts everywhere in node (``except chain_failures()``
+    evaluates it only when an error is raised)."""
+    from contracts import SettlementError
+    from eth_tester.exceptions import ValidationError
+
+    return SettlementError, ValidationError
+
+
 def account_key(seed: bytes) -> bytes:
     """The node's secp256k1 private key, derived from its node seed."""
     return blake3.blake3(b"gavel/eth-account/v1\0" + seed).digest()

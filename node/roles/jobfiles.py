@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..errors import BadMessage
 from ..framing import pack, unpack
 
 BUNDLE_FORMAT = "gavel-job/1"
@@ -120,7 +121,7 @@ def decode_bundle(data: bytes) -> tuple[str, dict[str, bytes]]:
         raise BundleError("job bundle too large")
     try:
         obj = unpack(data)
-    except Exception:
+    except BadMessage:
         raise BundleError("job bundle does not decode") from None
     if not isinstance(obj, dict) or obj.get("format") != BUNDLE_FORMAT or not isinstance(obj.get("toml"), str) \
             or not isinstance(obj.get("files"), dict):

@@ -31,7 +31,7 @@ from protocol import NEVER, Commitment, Envelope, JobOffer, RemoteProtocolError,
 from ..errors import BadMessage, BlobNotFound, PeerError
 from ..framing import pack
 from ..streams import RequestRefused
-from .chain import format_ether, parse_ether
+from .chain import chain_failures, format_ether, parse_ether
 from .context import PartySpec, RoleContext
 from .jobfiles import RUN_DIR, BundleError, job_dir
 from .job_protocols import (
@@ -137,7 +137,7 @@ class ProviderRole:
             s = ctx.chain.settlement
             try:
                 await ctx.chain.run(s.accept, job_id)
-            except Exception as error:
+            except chain_failures() as error:
                 raise RequestRefused(f"taking a seat failed: {_chain_error(error)}") from None
             await ctx.save_job(job_id, ROLE, "accepted", record)
         except BaseException:
@@ -225,7 +225,7 @@ class ProviderRole:
         await self._wait_for_seats(job_id)
         try:
             await ctx.chain.run(s.commit, job_id, root.root)
-        except Exception as error:
+        except chain_failures() as error:  # JobAlreadyCommitted after a restart is fine if the root is ours
             seat = await ctx.chain.run(s.seat, job_id, ctx.chain.account)
             if not (seat.committed and seat.trace_root == root.root):
                 raise RunFailed(f"committing on chain failed: {_chain_error(error)}") from None
@@ -333,7 +333,7 @@ class ProviderRole:
 
         try:
             opened = await chain.run(s.open_dispute, challenge.job, challenge.account)
-        except Exception as error:
+        except chain_failures() as error:
             raise RequestRefused(f"opening the dispute on chain failed: {_chain_error(error)}") from None
         chain_dispute = opened.one(DisputeOpened).dispute_id
         ctx.start_soon(ctx.challenge, spec, defender_root, chain_dispute, record["client_addrs"],
@@ -369,8 +369,10 @@ class ProviderRole:
                         self.working.discard(job.job_id)
                         log.info("job %s: settled on chain (%s)", job.job_id.hex()[:12],
                                  "slashed" if seat.forfeited else "paid")
-                except Exception as error:
+                except chain_failures() as error:
                     log.info("job %s: checking settlement: %s", job.job_id.hex()[:12], _chain_error(error))
+                except Exception:  # broad: the settle loop outlives any one job's failure: the next pass retries
+                    log.exception("job %s: checking settlement failed", job.job_id.hex()[:12])
             await withdraw_credit(ctx)
 
 
@@ -384,8 +386,11 @@ async def withdraw_credit(ctx: RoleContext) -> int:
             await chain.run(s.withdraw)
             log.info("withdrew %s ether", format_ether(credit))
         return credit
-    except Exception as error:
+    except chain_failures() as error:
         log.info("withdrawing: %s", _chain_error(error))
+        return 0
+    except Exception:  # broad: the settle loops call this and must outlive any failure: the next pass retries
+        log.exception("withdrawing failed")
         return 0
 
 
