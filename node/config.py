@@ -42,6 +42,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("capacity", int, 1, "provider: jobs it trains at once", "--capacity"),
     Setting("device", str, "auto", "provider and auditor: where training runs", "--device", ("auto", "cpu", "gpu")),
     Setting("cheat", str, "", "provider: deviate from every job on purpose, with this strategy of node._cheats (tests only)", "--cheat"),
+    # a job setting: protocol.settings.JobSettings declares it (this row is checked against it by
+    # tests/node/test_job_settings.py; importing protocol here would slow every command)
     Setting("audit_rate", float, 1.0, "auditor: fraction of each provider's checkpoint intervals it replays (1: all)", "--audit-rate"),
     Setting("audit_jobs", float, 1.0, "auditor: fraction of announced jobs it audits", "--audit-jobs"),
     Setting("advert_interval", float, 2.0, "provider: seconds between two gossip adverts of its capacity and price; client: adverts count for three of these (30 s at least)"),

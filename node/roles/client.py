@@ -36,9 +36,10 @@ import trio
 from libp2p.peer.id import ID
 
 from protocol import (
-    Commitment, DisputeRules, Envelope, JobOffer, OpenDispute, Referee, RemoteProtocolError, dispute_id_of,
+    Commitment, Envelope, JobOffer, LocalProtocolError, OpenDispute, Referee, RemoteProtocolError, dispute_id_of,
     hash_tree,
 )
+from protocol.settings import CLIENT_SETTINGS, DEFAULT_JOB_SETTINGS, JobSettings
 
 from ..errors import BadMessage, LocalError, PeerError, is_transient
 from ..framing import pack, unpack
@@ -69,19 +70,12 @@ RESULT_ATTEMPTS = 4
 RESULT_RETRY_DELAY = 2.0
 
 
-# A job's windows, when the client does not name them: sized for a local network and for
-# the job. Its three deadlines are fixed at submission (accept_by, then commit_by, then
-# challenge_by, each a window after the one before) and the job settles only after the
-# last, however early the work is done: the windows' sum is how long ``--wait`` waits.
-ACCEPT_WITHIN = 30.0  # providers fetch the bundle, build the program, lock a stake: seconds on loopback
-WINDOW_FLOOR = 60.0  # the commit and challenge windows are never shorter
-WINDOW_MARGIN = 30.0  # added to the estimated work: loading the job, chain transactions, gossip
 # A step's cost on a busy CPU, from its step graph: per operator node (the interpreter's
 # overhead, which dominates small models), per multiply-add of its matrix products, per
 # element written. Measured on this project's 2-core machines: the MLP of
 # scripts/jobs/mlp.toml takes 15 ms a step alone, 0.32 s in a provider beside two other
 # nodes and a test suite (estimated 0.22 s, so its windows are 74 s); the tiny GPT 0.25 s
-# alone (estimated 2.8 s). A GPU only finishes sooner.
+# alone (estimated 2.8 s). A GPU only finishes sooner. The windows it sizes: `JobSettings.sized_for`.
 STEP_SECONDS_PER_NODE = 4e-3
 STEP_SECONDS_PER_MAC = 4e-9
 STEP_SECONDS_PER_ELEMENT = 2e-8
@@ -103,31 +97,32 @@ def estimate_step_seconds(graph: Any) -> float:
 
 def default_windows(training: Any) -> dict[str, float]:
     """The accept, commit and challenge windows (seconds) of a job, when not given: the
-    providers train the whole job in the commit window, an auditor replays it in the
-    challenge window; each is the job's estimated time and a margin, at least WINDOW_FLOOR."""
-    work = training.spec.steps * estimate_step_seconds(training.graph)
-    window = float(max(WINDOW_FLOOR, math.ceil(WINDOW_MARGIN + work)))
-    return {"accept_within": ACCEPT_WITHIN, "commit_within": window, "challenge_within": window}
+    table's accept window; the commit and challenge windows sized for the job's estimated work."""
+    sized = DEFAULT_JOB_SETTINGS.sized_for(training.spec.steps * estimate_step_seconds(training.graph))
+    return {name: getattr(sized, name) for name in ("accept_within", "commit_within", "challenge_within")}
 
 
 @dataclass
 class SubmitOptions:
+    """What a job is submitted with: the client's settings of `protocol.settings.JobSettings`
+    (seconds; None: the table's default, the windows sized for the job when it is submitted)
+    and the client's own choices. The job's row keeps them, every setting filled in."""
+
     providers: int = 1
     price: int = ETHER
     stake: int = ETHER
-    # Seconds; None: from the job (`default_windows`), when it is submitted.
     accept_within: float | None = None  # from submission
     commit_within: float | None = None  # after the acceptance deadline
     challenge_within: float | None = None  # after the commit deadline
-    move_timeout: float = 60.0
-    clock: float = 600.0
+    move_timeout: float | None = None
+    clock: float | None = None
     provider_addrs: list[str] = field(default_factory=list)
     out: str = ""
 
-    @property
-    def ruling_period(self) -> int:
-        """Seconds the referee has to rule: both parties' whole clocks, and a margin."""
-        return int(2 * self.clock + self.move_timeout + 120)
+    def job_settings(self, work_seconds: float) -> JobSettings:
+        """The job's settings: those given, the table's defaults, windows sized for ``work_seconds``."""
+        given = {name: getattr(self, name) for name in CLIENT_SETTINGS if getattr(self, name) is not None}
+        return JobSettings(**given).sized_for(work_seconds)
 
 
 @dataclass
@@ -234,13 +229,16 @@ class ClientRole:
         file_ids = {name: await ctx.blobs.store.put_file(path) for name, path in files.items()}
         bundle = await ctx.blobs.store.put(encode_bundle(toml_text, file_ids))
         training = await trio.to_thread.run_sync(load_training, Path(job_file))
-        defaults = default_windows(training)
-        options = replace(options, **{k: v for k, v in defaults.items() if getattr(options, k) is None})
+        try:
+            settings = options.job_settings(training.spec.steps * estimate_step_seconds(training.graph))
+        except LocalProtocolError as error:
+            raise LocalError(str(error)) from None
+        options = replace(options, **{name: getattr(settings, name) for name in CLIENT_SETTINGS})
         now = max(await chain.run(chain.chain.now), int(time.time()))
-        accept_by = now + int(options.accept_within)
-        commit_by = accept_by + int(options.commit_within)
-        challenge_by = commit_by + int(options.challenge_within)
-        rules = DisputeRules(move_timeout_ms=int(options.move_timeout * 1000), clock_ms=int(options.clock * 1000))
+        accept_by = now + int(settings.accept_within)
+        commit_by = accept_by + int(settings.commit_within)
+        challenge_by = commit_by + int(settings.challenge_within)
+        rules = settings.rules
         signed = await trio.to_thread.run_sync(lambda: job_terms(
             training, ctx.identity, rules=rules, payment=options.price, stake=options.stake, deadline=challenge_by,
             nonce=random.getrandbits(63)))
@@ -263,7 +261,7 @@ class ClientRole:
         await chain.run(chain.ensure_funds_sync, options.price)
         await chain.run(lambda: s.open_job(job_id, price=options.price, providers_wanted=options.providers,
                                            provider_stake=options.stake, accept_by=accept_by, commit_by=commit_by,
-                                           challenge_by=challenge_by, ruling_period=options.ruling_period))
+                                           challenge_by=challenge_by, ruling_period=rules.ruling_period))
         await self._save(cj, "opened")
         log.info("job %s: opened on chain, %s ether for %d provider(s)", job_id.hex()[:12],
                  format_ether(options.price), options.providers)

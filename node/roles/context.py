@@ -14,7 +14,6 @@ role that owns the row adds (a provider's trace report, a client's seats and ver
 from __future__ import annotations
 
 import logging
-import math
 import re
 import weakref
 from dataclasses import dataclass
@@ -431,12 +430,6 @@ async def run_role(node: Any, make_role: Callable[[RoleContext], Any]) -> None:
     else:
         await context.started.wait()
         await make_role(context).run()
-
-
-def ceil_fraction(rate: float, n: int) -> int:
-    return max(1, min(n, math.ceil(rate * n)))
-
-
 
 
 def context_of(node: Any) -> RoleContext | None:

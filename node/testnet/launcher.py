@@ -238,9 +238,11 @@ class Network:
     @property
     def job_lifetime(self) -> float:
         """Seconds a job may take from submission to settlement when a dispute runs to its ruling deadline."""
+        from protocol.settings import JobSettings
+
         o = self.options
         move_timeout, clock = self.dispute_times()
-        ruling = 2 * clock + move_timeout + 120
+        ruling = JobSettings(move_timeout=move_timeout, clock=clock).rules.ruling_period
         return o.accept_within + o.commit_within + o.challenge_within + ruling + 60
 
     # -- the observer: the contract's events ------------------------------------------------

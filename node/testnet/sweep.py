@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Any
 
 from protocol import catch_probability_across_auditors
+from protocol.sampling import sample_size
 
 from .stats import clopper_pearson_interval, wilson_interval
 
@@ -32,9 +33,7 @@ SWEEP_STRATEGIES = ("perturb-weight", "skip-step", "wrong-batch", "poison-data",
 
 def samples_for(rate: float, intervals: int) -> int:
     """The auditor's sample size for an audit rate (as `node.roles.auditor` draws it)."""
-    from ..roles.context import ceil_fraction
-
-    return ceil_fraction(rate, intervals)
+    return sample_size(rate, intervals)
 
 
 def trials(report: dict[str, Any]) -> list[dict[str, Any]]:

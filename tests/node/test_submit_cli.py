@@ -14,9 +14,10 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-from node.roles.client import (
-    ACCEPT_WITHIN, WINDOW_FLOOR, WINDOW_MARGIN, SubmitOptions, default_windows, estimate_step_seconds, phase_of,
-)
+from node.roles.client import SubmitOptions, default_windows, estimate_step_seconds, phase_of
+from protocol.settings import DEFAULT_JOB_SETTINGS, WINDOW_FLOOR, WINDOW_MARGIN
+
+ACCEPT_WITHIN = DEFAULT_JOB_SETTINGS.accept_within
 from node.roles.jobfiles import load_training
 from node.submit_cli import Progress, format_duration
 
