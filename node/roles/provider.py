@@ -9,6 +9,11 @@ Life of a job at a provider (the row's state in storage):
   delivered  the client acknowledged the trace report; the root is also gossiped
   settled    the job settled on chain (paid, or slashed after a lost dispute)
   failed     the job cannot go on (a deadline passed, the chain refused a move)
+  abandoned  before its root was committed, the job left the states in which our work can
+             still be paid (refunded, settled, expired, unknown to the chain): the run is
+             stopped, the reason kept in the row's record (``abandoned``) and no transaction
+             that must revert is sent. Read before (re)starting work, every ``WATCH_POLL``
+             seconds while training, and before committing.
 
 Disputes: the referee's first request for one of our delivered jobs makes this node the
 defender (`RoleContext`); the client may also ask it to challenge another provider whose
@@ -48,7 +53,11 @@ COMMITMENT_SEQ = 1  # a provider's commitment is its first message in a job; dis
 DELIVERY_RETRY_MAX = 10.0
 SETTLE_POLL = 3.0
 SEATS_POLL = 1.0
+WATCH_POLL = 5.0  # how often a training run asks the chain whether its job is still alive
 
+
+class JobGone(Exception):
+    """The job can no longer pay for our work; the message says why."""
 
 class ProviderRole:
     def __init__(self, ctx: RoleContext) -> None:
@@ -59,6 +68,7 @@ class ProviderRole:
         self.runs: dict[bytes, JobRun] = {}
         self.traces: dict[bytes, Any] = {}
         self.reports: dict[bytes, dict] = {}  # trace reports of committed jobs, as served
+        self.watch_poll = WATCH_POLL
         ctx.roles[ROLE] = self
 
     @property
@@ -181,13 +191,11 @@ class ProviderRole:
             run = self.runs.get(job_id) or JobRun(training, program, job_dir(self.config.data_dir, job_id) / RUN_DIR,
                                                   job_id=job_id, cheat=self.config.cheat, device=self.device)
             self.runs[job_id] = run
-            stop = threading.Event()
-            try:
-                trace = await trio.to_thread.run_sync(run.train_sync, stop, abandon_on_cancel=True)
-            finally:
-                stop.set()
-            self.traces[job_id] = trace
             state = job.state
+            if state in ("accepted", "trained"):
+                await self._check_alive(job_id)
+            trace = await self._train_watched(job_id, run)
+            self.traces[job_id] = trace
             if state == "accepted":
                 state = "trained"
                 await ctx.save_job(job_id, ROLE, state, record)
@@ -207,6 +215,77 @@ class ProviderRole:
             self.working.discard(job_id)
         except RunStopped:
             pass
+        except JobGone as gone:
+            await self._abandon(job_id, str(gone))
+
+    async def _job_gone(self, job_id: bytes) -> str | None:
+        """Why the job can no longer pay for a root we have not committed yet; None while it can."""
+        from contracts import JobStatus
+
+        chain = self.ctx.chain
+        s = chain.settlement
+        info = await chain.run(s.job, job_id)
+        if info.status == JobStatus.NONE:
+            return "the chain does not know the job"
+        if info.status in (JobStatus.FINALIZED, JobStatus.REFUNDED):
+            return f"the job is {info.status.name} on chain"
+        now = max(await chain.run(chain.chain.now), int(time.time()))
+        if info.status == JobStatus.OPEN:
+            return "its seats were not all taken by the acceptance deadline" if now >= info.accept_by else None
+        seat = await chain.run(s.seat, job_id, chain.account)
+        if not seat.accepted:
+            return "this account holds no seat in the job"
+        if not seat.committed and now >= info.commit_by:
+            return "its commit deadline passed before our root was committed"
+        return None
+
+    async def _check_alive(self, job_id: bytes) -> None:
+        """JobGone when the job is dead on chain; a chain that cannot answer now is no verdict."""
+        try:
+            reason = await self._job_gone(job_id)
+        except chain_failures() as error:
+            log.info("job %s: reading its status on chain: %s", job_id.hex()[:12], _chain_error(error))
+            return
+        if reason is not None:
+            raise JobGone(reason)
+
+    async def _train_watched(self, job_id: bytes, run: JobRun) -> Any:
+        """Train (or load the finished run), stopping the run if the job dies on chain meanwhile."""
+        stop = threading.Event()
+        gone: list[str] = []
+
+        async def watch() -> None:
+            while True:
+                await trio.sleep(self.watch_poll)
+                try:
+                    await self._check_alive(job_id)
+                except JobGone as error:
+                    gone.append(str(error))
+                    stop.set()
+                    return
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                try:
+                    return await trio.to_thread.run_sync(run.train_sync, stop, abandon_on_cancel=True)
+                finally:
+                    stop.set()
+                    nursery.cancel_scope.cancel()
+        except* RunStopped:
+            if gone:
+                raise JobGone(gone[0]) from None
+            raise RunStopped("the node stopped the run") from None
+
+    async def _abandon(self, job_id: bytes, reason: str) -> None:
+        ctx = self.ctx
+        loaded = await ctx.load_job(job_id)
+        if loaded is not None:
+            record = dict(loaded[1], abandoned=reason)
+            await ctx.save_job(job_id, ROLE, "abandoned", record)
+        self.working.discard(job_id)
+        self.runs.pop(job_id, None)
+        log.warning("job %s: stopped working on it: %s", job_id.hex()[:12], reason)
 
     async def _commit(self, job_id: bytes, signed: Any, run: JobRun, trace: Any) -> dict:
         ctx = self.ctx
@@ -223,6 +302,7 @@ class ProviderRole:
             job_id, ROLE, ctx.identity.node_id, root.sequence, root.root, root.signature, envelope.encode()))
         s = ctx.chain.settlement
         await self._wait_for_seats(job_id)
+        await self._check_alive(job_id)  # a commit to a dead job would only revert
         try:
             await ctx.chain.run(s.commit, job_id, root.root)
         except chain_failures() as error:  # JobAlreadyCommitted after a restart is fine if the root is ours
