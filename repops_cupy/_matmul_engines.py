@@ -75,26 +75,36 @@ def diagonal_blocks():
         yield d, s_lo, s_hi - s_lo + 1, DIGITS - 1 - d + s_lo
 
 
+_BLOCKS = tuple(diagonal_blocks())
+_DIAGONAL_WEIGHTS = np.array([pair_weight_bits(d, 0) for d, _, _, _ in _BLOCKS], np.int64)
+
+
 def int8_planes(lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exact digit products with torch._int_mm (caller checked `int8_available`)."""
+    """Exact digit products with torch._int_mm (caller checked `int8_available`).
+
+    One product per kept diagonal d and product of the batch: sum_{s+t=d} A_s B_t is
+    [A_s0 .. A_s1] @ [B_t0; ..; B_t1], contiguous K-stacked blocks (A's digits are stored
+    most significant first, B's least significant first), so 19 digit pairs take 6 calls,
+    each summing at most 5 * L int8 products. The views of every call are cut by whole-batch
+    slicing and `unbind` (C loops), which leaves one Python step per call: a product of
+    attention heads (Bt = batch x heads) is many small calls.
+    """
     import torch  # noqa: PLC0415
 
     nb, _, length, n = rhs.shape
     m = lhs.shape[0] // nb
     if m * 4 <= n:
         return _int8_stacked_rows(torch, lhs, rhs)
-    planes = np.empty((MAX_DIAGONAL + 1, nb * m, n), np.int32)
-    out = torch.from_numpy(planes)
-    a_all = torch.from_numpy(lhs.reshape(nb * m, DIGITS * length))
+    planes = np.empty((len(_BLOCKS), nb * m, n), np.int32)
+    out = torch.from_numpy(planes).view(len(_BLOCKS), nb, m, n)
+    a_all = torch.from_numpy(lhs.reshape(nb, m, DIGITS * length))
     b_all = torch.from_numpy(rhs.reshape(nb, DIGITS * length, n))
-    blocks = list(diagonal_blocks())
-    for bt in range(nb):
-        a, b, rows = a_all[bt * m:(bt + 1) * m], b_all[bt], slice(bt * m, (bt + 1) * m)
-        for q, (_, s0, count, t0) in enumerate(blocks):
-            # one diagonal sum_{s+t=d} A_s B_t as one product of contiguous K-stacked blocks
-            torch._int_mm(a[:, s0 * length:(s0 + count) * length], b[t0 * length:(t0 + count) * length],
-                          out=out[q, rows])
-    return planes, np.array([pair_weight_bits(d, 0) for d, _, _, _ in blocks], np.int64)
+    for q, (_, s0, count, t0) in enumerate(_BLOCKS):
+        a_blocks = a_all[:, :, s0 * length:(s0 + count) * length].unbind(0)
+        b_blocks = b_all[:, t0 * length:(t0 + count) * length].unbind(0)
+        for a, b, o in zip(a_blocks, b_blocks, out[q].unbind(0)):
+            torch._int_mm(a, b, out=o)
+    return planes, _DIAGONAL_WEIGHTS
 
 
 def _int8_stacked_rows(torch: ModuleType, lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

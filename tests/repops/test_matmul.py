@@ -202,6 +202,8 @@ def test_wide_exponent_ranges_match_the_reference():
     ((5, 16384 + 37), (16384 + 37, 6)),  # two K chunks
     ((3, 9, 30), (3, 30, 50)),  # a batch of few-row products
     ((2, 1, 20, 30), (4, 30, 11)),  # broadcast batch
+    ((6, 40, 24), (6, 24, 40)),  # attention heads: many small products, one call per diagonal each
+    ((2, 7, 16384 + 5), (2, 16384 + 5, 5)),  # a batch over two K chunks
 ])
 def test_engines_and_kernels_give_identical_bits(a_shape, b_shape):
     rng = np.random.default_rng(sum(a_shape) + sum(b_shape))
@@ -308,6 +310,15 @@ def test_unknown_engine_and_missing_int8_raise(monkeypatch):
     with pytest.raises(OpError):
         matmul(a, a, engine="int8")
     assert same_bits(matmul(a, a), np.full((2, 2), 2, np.float32))  # auto falls back to float64
+
+
+def test_engines_that_need_torch_say_so_without_it(monkeypatch):
+    a = np.ones((2, 2), np.float32)
+    monkeypatch.setattr(mm, "torch_available", lambda: False)
+    for engine in ("int8", "torch"):
+        with pytest.raises(OpError, match="needs the torch package"):
+            matmul(a, a, engine=engine)
+    assert same_bits(matmul(a, a, engine="float64"), np.full((2, 2), 2, np.float32))
 
 
 def test_int8_engine_passes_its_saturation_probe_here():
