@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_GPT = "scripts/jobs/tiny-gpt.toml"
+GAVEL = "import sys; from node.cli import main; sys.exit(main())"  # `gavel`, without installing the package
 CHECKS = ("gpu_tests", "selfcheck", "train", "bench")
 # what the checks import on the GPU machine: repops_cupy itself needs only the first three;
 # checkpoints need safetensors, `gavel train`'s progress bar rich, the tests pytest
@@ -156,7 +157,7 @@ def check_train(args) -> CheckResult:
     roots, secs, outputs, cmds, rcs = {}, 0.0, [], [], []
     with tempfile.TemporaryDirectory(prefix="gpu_check_train_") as tmp:
         for device in ("cpu", "gpu"):
-            cmd = [sys.executable, "-m", "node.cli", "train", TINY_GPT, "--steps", str(args.steps),
+            cmd = [sys.executable, "-c", GAVEL, "train", TINY_GPT, "--steps", str(args.steps),
                    "--device", device, "--out", str(Path(tmp) / device)]
             rc, out, err, s = run_command(cmd, args.timeout)
             secs += s
