@@ -7,6 +7,7 @@ it lives and dies inside the node's nursery like everything else.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -18,6 +19,15 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEST = 8192
 REQUEST_TIMEOUT = 2.0
+
+
+class StateGauge(Gauge):
+    """A gauge of rows by state, moved only by the storage's writes (`NodeMetrics.follow`).
+    ``set`` is ignored: a count read from the database before a write and set after it
+    would undo that write's move (the gauges of settled jobs stayed up that way)."""
+
+    def set(self, value: float) -> None:
+        pass
 
 
 class NodeMetrics:
@@ -34,8 +44,23 @@ class NodeMetrics:
         )
         self.peer_errors = Counter("gavel_peer_errors", "Streams dropped for peer misbehaviour", ["kind"], registry=r)
         self.blob_bytes_fetched = Counter("gavel_blob_bytes_fetched", "Verified blob bytes fetched from peers", registry=r)
-        self.jobs = Gauge("gavel_jobs", "Jobs known to this node", ["state"], registry=r)
-        self.disputes = Gauge("gavel_disputes", "Disputes known to this node", ["state"], registry=r)
+        self.jobs = StateGauge("gavel_jobs", "Jobs known to this node", ["state"], registry=r)
+        self.disputes = StateGauge("gavel_disputes", "Disputes known to this node", ["state"], registry=r)
+
+    def follow(self, storage: Any) -> None:
+        """Make the job and dispute gauges follow ``storage``'s state moves (``Storage.watch_states``):
+        counted from its rows once, then each write that moves a row's state moves its gauges
+        with it. Once per NodeMetrics."""
+        gauges = {"jobs": self.jobs, "disputes": self.disputes}
+        for table, counts in storage.watch_states(self._moved).items():
+            for state, n in counts.items():
+                gauges[table].labels(state).inc(n)
+
+    def _moved(self, table: str, old: str | None, new: str) -> None:
+        gauge = self.jobs if table == "jobs" else self.disputes
+        if old is not None:
+            gauge.labels(old).dec()
+        gauge.labels(new).inc()
 
     # The framing layer's Traffic protocol.
     def count_in(self, n: int) -> None:

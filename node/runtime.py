@@ -83,6 +83,7 @@ class Node:
         config = self.config
         with DataDirLock(config) if self._take_lock else contextlib.nullcontext():
             self.storage = Storage(config.db_file)
+            self.metrics.follow(self.storage)
             try:
                 self.blobs = BlobService(BlobStore(config.blobs_dir), self.host)
                 async with trio.open_nursery() as nursery:
@@ -118,7 +119,7 @@ class Node:
         )
 
     async def _record_peers(self) -> None:
-        """Keep the peers table and the job/dispute gauges current."""
+        """Keep the peers table current (the job/dispute gauges follow the storage's writes)."""
         storage = self.storage
         assert storage is not None
         while True:
@@ -130,7 +131,3 @@ class Node:
                 except (BaseLibp2pError, PeerStoreError):  # connected inbound, listen address not yet known
                     addrs = []
                 await storage.run(storage.peer_seen, str(peer), addrs)
-            for state, n in (await storage.run(storage.count_jobs_by_state)).items():
-                self.metrics.jobs.labels(state).set(n)
-            for status, n in (await storage.run(storage.count_disputes_by_status)).items():
-                self.metrics.disputes.labels(status).set(n)

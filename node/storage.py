@@ -107,8 +107,17 @@ class PeerRecord:
     failures: int = 0
 
 
+# Told of every move of a job's state or a dispute's status: (table, old, new); old is None
+# for a new row. Called under the storage lock, in the order of the writes: keep it short.
+StateWatcher = Callable[[str, "str | None", str], None]
+
+
 class Storage:
-    """One SQLite file; thread-safe (one connection behind a lock)."""
+    """One SQLite file; thread-safe (one connection behind a lock).
+
+    The only writes of a job's state and a dispute's status are ``put_job``,
+    ``set_job_state`` and ``put_dispute``; each tells the watchers (``watch_states``) of the
+    move it made, so what follows them (the metrics' state gauges) cannot drift from the rows."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -124,6 +133,7 @@ class Storage:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
+        self._watchers: list[StateWatcher] = []
 
     # -- plumbing --------------------------------------------------------------
 
@@ -158,6 +168,30 @@ class Storage:
         with self._lock:
             return self._conn().execute(sql, args).rowcount
 
+    def _move(self, table: str, key: str, row_id: bytes, column: str, new: str, sql: str, args: Sequence[Any]) -> int:
+        """Write a row's state (``column`` of ``table``) and tell the watchers what moved."""
+        with self._lock:
+            db = self._conn()
+            found = db.execute(f"SELECT {column} FROM {table} WHERE {key}=?", (row_id,)).fetchone()
+            count = db.execute(sql, args).rowcount
+            old = found[0] if found else None
+            if count and old != new:
+                for watcher in self._watchers:
+                    watcher(table, old, new)
+            return count
+
+    def watch_states(self, watcher: StateWatcher) -> dict[str, dict[str, int]]:
+        """Tell ``watcher`` of every later state move; returns the counts it starts from
+        ({"jobs": by state, "disputes": by status}), read under the same lock."""
+        with self._lock:
+            db = self._conn()
+            counts = {
+                "jobs": dict(db.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall()),
+                "disputes": dict(db.execute("SELECT status, count(*) FROM disputes GROUP BY status").fetchall()),
+            }
+            self._watchers.append(watcher)
+            return counts
+
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return self._conn().execute(sql, args).fetchall()
@@ -183,7 +217,8 @@ class Storage:
 
     def put_job(self, job: Job) -> Job:
         stored = Job(job.job_id, job.spec, job.role, job.state, job.updated or time.time())
-        self._write(
+        self._move(
+            "jobs", "job_id", stored.job_id, "state", stored.state,
             "INSERT INTO jobs(job_id, spec, role, state, updated) VALUES (?,?,?,?,?)"
             " ON CONFLICT(job_id) DO UPDATE SET spec=excluded.spec, role=excluded.role,"
             " state=excluded.state, updated=excluded.updated",
@@ -192,7 +227,8 @@ class Storage:
         return stored
 
     def set_job_state(self, job_id: bytes, state: str) -> None:
-        if not self._write("UPDATE jobs SET state=?, updated=? WHERE job_id=?", (state, time.time(), job_id)):
+        if not self._move("jobs", "job_id", job_id, "state", state,
+                          "UPDATE jobs SET state=?, updated=? WHERE job_id=?", (state, time.time(), job_id)):
             raise LocalError(f"no job {job_id.hex()}")
 
     def get_job(self, job_id: bytes) -> Job | None:
@@ -258,7 +294,8 @@ class Storage:
 
     def put_dispute(self, d: Dispute) -> Dispute:
         stored = Dispute(d.dispute_id, d.job_id, d.state, d.status, d.updated or time.time())
-        self._write(
+        self._move(
+            "disputes", "dispute_id", stored.dispute_id, "status", stored.status,
             "INSERT INTO disputes(dispute_id, job_id, state, status, updated) VALUES (?,?,?,?,?)"
             " ON CONFLICT(dispute_id) DO UPDATE SET state=excluded.state, status=excluded.status,"
             " updated=excluded.updated",
