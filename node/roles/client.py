@@ -35,24 +35,22 @@ from typing import Any, Callable
 import trio
 from libp2p.peer.id import ID
 
-from protocol import (
-    Commitment, Envelope, JobOffer, LocalProtocolError, OpenDispute, Referee, RemoteProtocolError, dispute_id_of,
-    hash_tree,
-)
+from protocol import Commitment, Envelope, JobOffer, LocalProtocolError, RemoteProtocolError, hash_tree
 from protocol.settings import CLIENT_SETTINGS, DEFAULT_JOB_SETTINGS, JobSettings
 
 from ..errors import BadMessage, LocalError, PeerError, is_transient
 from ..framing import pack, unpack
 from ..streams import RequestRefused
-from .chain import ETHER, format_ether
+from .chain import ETHER, chain_failures, format_ether
 from .context import RoleContext
-from .disputes import RefereeSession, first_seq, outcome_of
+from .disputes import RefereeSession
 from .jobfiles import JOB_FILE, encode_bundle, install_job, job_dir, load_training, prepare_bundle
 from .job_protocols import (
-    JOB_LIMITS, JOB_PROTOCOL, TOPIC_JOBS, TOPIC_PROVIDERS, TOPIC_VERDICTS, Advert, Challenge, JobAnnouncement, Offer,
+    JOB_LIMITS, JOB_PROTOCOL, TOPIC_JOBS, TOPIC_PROVIDERS, Advert, Challenge, JobAnnouncement, Offer,
     TraceReport, trace_request,
 )
 from .provider import _chain_error, _terms, withdraw_credit
+from .referee import RefereedJob, RefereeDuty
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +152,13 @@ class ClientRole:
         self.jobs: dict[bytes, ClientJob] = {}
         self.adverts: dict[ID, tuple[float, Advert]] = {}
         self.ready = trio.Event()
+        self.referee = RefereeDuty(ctx, self._refereed)
         ctx.roles[ROLE] = self
 
     async def run(self) -> None:
         ctx = self.ctx
         ctx.job_ops["commitment"] = self.on_commitment
-        ctx.open_handler = self.on_open
+        ctx.open_handler = self.referee.on_open
         await ctx.on_gossip(TOPIC_PROVIDERS, self._on_advert)
         await ctx.wait_chain()
         for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
@@ -171,9 +170,7 @@ class ClientRole:
                 cj.done.set()
             else:
                 ctx.start_soon(self.drive, cj, name=f"client job {job.job_id.hex()[:12]}")
-            for row in await ctx.storage.run(lambda: ctx.storage.disputes(job_id=job.job_id)):
-                if unpack(row.state).get("kind") == "referee" and row.status != "recorded":
-                    ctx.start_soon(self._resume_session, cj, row.state, name="referee (resumed)")
+            await self.referee.resume(job.job_id)
         self.ready.set()
         await trio.sleep_forever()
 
@@ -341,7 +338,7 @@ class ClientRole:
         try:
             seat = await chain.run(chain.settlement.seat, cj.job_id, account)
             registered = await chain.run(chain.key_of_sync, account)
-        except Exception as error:
+        except chain_failures() as error:
             log.info("job %s: checking %s's seat: %s", cj.job_id.hex()[:12], peer, _chain_error(error))
             return
         if not seat.accepted or registered != key:
@@ -420,7 +417,7 @@ class ClientRole:
                 await self._take_report(cj, peer, unpack(answer, peer=peer))
             except (PeerError, LocalError) as error:
                 log.info("job %s: fetching a trace report: %s", cj.job_id.hex()[:12], error)
-            except Exception as error:
+            except chain_failures() as error:
                 log.info("job %s: checking a seat: %s", cj.job_id.hex()[:12], _chain_error(error))
 
     async def on_commitment(self, peer: ID, obj: dict) -> dict:
@@ -545,7 +542,7 @@ class ClientRole:
                         await chain.run(s.lapse, event.dispute_id)
                         log.info("job %s: chain dispute #%d lapsed without a verdict", cj.job_id.hex()[:12],
                                  event.dispute_id)
-        except Exception as error:
+        except chain_failures() as error:
             log.info("job %s: lapsing disputes: %s", cj.job_id.hex()[:12], _chain_error(error))
 
     async def _fetch_result(self, cj: ClientJob, valid: dict[str, TraceReport]) -> None:
@@ -614,7 +611,7 @@ class ClientRole:
                 try:
                     await chain.run(s.settle, cj.job_id)
                     continue
-                except Exception as error:
+                except chain_failures() as error:
                     log.info("job %s: settling: %s", cj.job_id.hex()[:12], _chain_error(error))
             with trio.move_on_after(POLL):
                 await cj.changed.wait()
@@ -642,122 +639,24 @@ class ClientRole:
                 "result_from": cj.record.get("result_from"), "trace_root": cj.record.get("trace_root"),
                 "providers": providers, "verdicts": cj.record["verdicts"]}
 
-    # -- refereeing ----------------------------------------------------------------------
+    # -- refereeing: the duty's, this client hands it its jobs ----------------------------
 
-    async def on_open(self, peer: ID, envelope: Envelope, chain_dispute: int) -> None:
-        """A challenger opened a dispute of one of our jobs: check it on chain and referee it."""
-        from contracts import DisputeStatus
+    def _refereed(self, job_id: bytes) -> RefereedJob | None:
+        cj = self.jobs.get(job_id)
+        if cj is None:
+            return None
+        return RefereedJob(cj.terms, cj.sessions, training=lambda: self._training(cj),
+                           on_ruled=lambda summary: self._on_ruled(cj, summary), changed=cj.notify)
 
-        ctx = self.ctx
-        cj = self.jobs.get(envelope.job_id)
-        if cj is None or ctx.chain is None:
-            raise RequestRefused("not a job of this client")
-        body: OpenDispute = envelope.body
-        dispute_id = dispute_id_of(envelope)
-        for session in cj.sessions:
-            if session.chain_dispute == chain_dispute:
-                if session.dispute_id == dispute_id:
-                    return  # a repeat
-                raise RequestRefused("that chain dispute is refereed already")
-        chain, s = ctx.chain, ctx.chain.settlement
-        try:
-            d = await chain.run(s.dispute, chain_dispute)
-            challenger_key = await chain.run(chain.key_of_sync, d.challenger)
-            respondent_key = await chain.run(chain.key_of_sync, d.respondent)
-            respondent_seat = await chain.run(s.seat, cj.job_id, d.respondent)
-            challenger_seat = await chain.run(s.seat, cj.job_id, d.challenger)
-        except Exception as error:
-            raise RequestRefused(f"chain dispute #{chain_dispute}: {_chain_error(error)}") from None
-        if d.job_id != cj.job_id or d.status != DisputeStatus.OPEN:
-            raise RequestRefused(f"chain dispute #{chain_dispute} is not an open dispute of this job")
-        if challenger_key != envelope.sender or respondent_key != body.defender_root.signer:
-            raise RequestRefused("the chain dispute names other parties")
-        if respondent_seat.trace_root != body.defender_root.root:
-            raise RequestRefused("the defender's root is not the one it committed")
-        if challenger_seat.accepted and challenger_seat.trace_root != body.challenger_root.root:
-            raise RequestRefused("the challenger's root is not the one it committed")
-        if cj.training is None:
-            cj.training = await trio.to_thread.run_sync(
-                load_training, job_dir(ctx.config.data_dir, cj.job_id) / JOB_FILE)
-        session = self._session(cj, first_seq(len(cj.sessions) + 1), chain_dispute)
-        try:
-            await trio.to_thread.run_sync(session.open_sync, envelope.encode(), session.clock.now())
-        except RemoteProtocolError as error:
-            raise RequestRefused(f"dispute refused: {error}") from None
-        cj.sessions.append(session)
-        await self._save_session(session)
-        log.info("job %s: refereeing dispute %s (chain #%d): %s challenges %s", cj.job_id.hex()[:12],
-                 dispute_id.hex()[:12], chain_dispute, envelope.sender.hex()[:8], body.defender_root.signer.hex()[:8])
-        ctx.start_soon(self._referee, cj, session, name=f"referee {dispute_id.hex()[:12]}")
-
-    def _session(self, cj: ClientJob, seq: int, chain_dispute: int) -> RefereeSession:
-        from ..training_oracle import batch_hashes
-
-        referee = Referee(identity=self.ctx.identity, terms=cj.terms, batch_hashes=batch_hashes(cj.training),
-                          first_seq=seq)
-        return RefereeSession(host=self.ctx.host, referee=referee, seq=seq, chain_dispute=chain_dispute,
-                              save=self._save_session, on_verdict=self._on_verdict)
-
-    async def _resume_session(self, cj: ClientJob, record: bytes) -> None:
-        from ..training_oracle import batch_hashes
-
+    async def _training(self, cj: ClientJob) -> Any:
         if cj.training is None:
             cj.training = await trio.to_thread.run_sync(
                 load_training, job_dir(self.ctx.config.data_dir, cj.job_id) / JOB_FILE)
-        seq = unpack(record)["seq"]
-        referee = Referee(identity=self.ctx.identity, terms=cj.terms, batch_hashes=batch_hashes(cj.training),
-                          first_seq=seq)
-        session = await trio.to_thread.run_sync(lambda: RefereeSession.restore(
-            record, host=self.ctx.host, referee=referee, save=self._save_session, on_verdict=self._on_verdict))
-        cj.sessions.append(session)
-        log.info("job %s: resuming dispute %s", cj.job_id.hex()[:12], session.dispute_id.hex()[:12])
-        await self._referee(cj, session)
+        return cj.training
 
-    async def _referee(self, cj: ClientJob, session: RefereeSession) -> None:
-        try:
-            await session.run()
-        finally:
-            cj.notify()
-
-    async def _save_session(self, session: RefereeSession) -> None:
-        await self.ctx.storage.run(self.ctx.storage.put_dispute, session.row())
-        await self.ctx.refresh_gauges()
-
-    async def _on_verdict(self, session: RefereeSession) -> None:
-        """Record the verdict on chain (slashing the loser) and announce it."""
-        from contracts import Outcome
-
-        ctx = self.ctx
-        verdict = session.verdict
-        cj = self.jobs[session.job_id]
-        outcome = outcome_of(verdict)
-        summary = {
-            "dispute": session.dispute_id.hex(), "chain_dispute": session.chain_dispute,
-            "challenger": verdict.challenger.hex(), "defender": verdict.defender.hex(), "winner": outcome,
-            "faults": [{"party": f.party.hex(), "reason": f.reason, "detail": f.detail} for f in verdict.faults],
-            "depth": verdict.depth, "checkpoint": verdict.checkpoint, "step": verdict.step, "node": verdict.node,
-            "rounds": verdict.rounds, "transcript": verdict.transcript_hash.hex(), "refused_moves": session.refused,
-        }
-        log.info("job %s: verdict in dispute %s: %s wins (%s)", cj.job_id.hex()[:12], session.dispute_id.hex()[:12],
-                 outcome, "; ".join(f"{f.party.hex()[:8]} {f.reason}" for f in verdict.faults) or "no fault")
-        chain = ctx.chain
-        outcomes = {"challenger": Outcome.CHALLENGER_WINS, "defender": Outcome.RESPONDENT_WINS,
-                    "both-lose": Outcome.BOTH_LOSE}
-        if outcome in outcomes:
-            try:
-                await chain.run(lambda: chain.settlement.rule(
-                    session.chain_dispute, outcomes[outcome], step=verdict.step, node=verdict.node,
-                    transcript_hash=verdict.transcript_hash))
-                summary["recorded"] = True
-                log.info("job %s: verdict recorded on chain (dispute #%d)", cj.job_id.hex()[:12], session.chain_dispute)
-            except Exception as error:
-                summary["recorded"] = False
-                log.warning("job %s: recording the verdict: %s", cj.job_id.hex()[:12], _chain_error(error))
-        session.recorded = True
+    async def _on_ruled(self, cj: ClientJob, summary: dict) -> None:
         cj.record["verdicts"] = [v for v in cj.record["verdicts"] if v["dispute"] != summary["dispute"]] + [summary]
-        await self._save_session(session)
         await self._save(cj)
-        await ctx.publish(TOPIC_VERDICTS, {"verdict": session.verdict_envelope.encode()})
 
 
 # -- where a job stands, for people ---------------------------------------------------
