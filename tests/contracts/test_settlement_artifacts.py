@@ -18,7 +18,7 @@ from contracts.artifacts import ARTIFACT_DIR, current_source_hash, load_artifact
 pytestmark = pytest.mark.settlement
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTRACTS = ("GavelSettlement", "ReentrantReceiver")
+CONTRACTS = ("GavelSettlement", "ReentrantReceiver", "GavelSettlementV2", "LibList", "LibListHarnessV2")
 
 
 def _solc_available() -> bool:
@@ -62,6 +62,19 @@ def test_every_custom_error_is_provoked_by_some_test():
     """Each guard of the contract has a test that triggers it (names the error in a revert check)."""
     errors = {item["name"] for item in load_artifact("GavelSettlement").abi if item["type"] == "error"}
     tests = "".join(p.read_text() for p in Path(__file__).parent.glob("test_settlement_*.py")
-                    if p.name != Path(__file__).name)
+                    if p.name != Path(__file__).name and "_v2_" not in p.name)
     untested = sorted(name for name in errors if f'"{name}"' not in tests)
+    assert not untested, f"no test provokes: {untested}"
+
+
+# Guards of version 2 that no move of this slice can reach: the open items of sections 7 to 10
+# (demands, games, appeals) that settle waits for come with the next slices.
+V2_UNREACHABLE_YET = {"JobItemsOpen"}
+
+
+def test_every_custom_error_of_version_2_is_provoked_by_some_test():
+    errors = {item["name"] for item in load_artifact("GavelSettlementV2").abi if item["type"] == "error"}
+    errors |= {item["name"] for item in load_artifact("LibListHarnessV2").abi if item["type"] == "error"}
+    tests = "".join(p.read_text() for p in Path(__file__).parent.glob("test_settlement_v2_*.py"))
+    untested = sorted(name for name in errors - V2_UNREACHABLE_YET if f'"{name}"' not in tests)
     assert not untested, f"no test provokes: {untested}"
