@@ -41,7 +41,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("price_per_step", str, "0", "provider: the least ether per training step it takes a job for", "--price-per-step"),
     Setting("capacity", int, 1, "provider: jobs it trains at once", "--capacity"),
     Setting("device", str, "auto", "provider and auditor: where training runs", "--device", ("auto", "cpu", "gpu")),
-    Setting("cheat", str, "", "provider: deviate from every job on purpose, with this strategy of node._cheats (tests only)", "--cheat"),
+    Setting("cheat", str, "", "provider: deviate from every job on purpose, with this strategy of node.cheats (tests only)", "--cheat"),
     # a job setting: protocol.settings.JobSettings declares it (this row is checked against it by
     # tests/node/test_job_settings.py; importing protocol here would slow every command)
     Setting("audit_rate", float, 1.0, "auditor: fraction of each provider's checkpoint intervals it replays (1: all)", "--audit-rate"),

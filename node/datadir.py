@@ -3,7 +3,7 @@
 Layout (names in ``node.config``)::
 
     config.toml    settings (see node.config.SETTINGS)
-    key            the node's 32-byte Ed25519 seed, mode 0600 (protocol.keyfile format)
+    key            the node's 32-byte Ed25519 seed, mode 0600 (node.keyfile format)
     repo_version   layout version of this directory
     repo.lock      flock()ed by the running node
     api            JSON: pid, peer id, listen and metrics addresses; only while running
@@ -42,7 +42,7 @@ def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
 
 def init_datadir(data_dir: Path, values: Mapping[str, Any] = {}) -> Config:
     """Create config, key and version file. Refuses a directory that already has a config."""
-    from protocol.keyfile import create_key_file
+    from .keyfile import create_key_file
 
     data_dir = Path(data_dir)
     config = make_config(data_dir, values)  # checks the values before touching the disk
@@ -83,7 +83,7 @@ def peer_id_text(public_key: bytes) -> str:
 
 
 def load_seed(config: Config) -> bytes:
-    from protocol.keyfile import KeyFileError, read_key_file
+    from .keyfile import KeyFileError, read_key_file
 
     try:
         return read_key_file(config.key_file).seed

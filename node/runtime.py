@@ -6,6 +6,10 @@ and starts each configured role found in ``ROLE_RUNNERS``. Cancelling it (SIGINT
 SIGTERM in ``gavel node start``) unwinds all of that in reverse; the api file goes
 first, so ``gavel status`` never pings a node that is shutting down.
 
+``cheats`` (`node.cheats.STRATEGIES`, from a testnet or a test) lets a provider started
+with ``--cheat STRATEGY`` deviate on purpose; without it the node trains honestly and
+refuses to cheat.
+
 Roles plug in by registering ``ROLE_RUNNERS["provider"] = async def run(node)``;
 the runner lives as long as the node and should not return early. ``node.roles``
 installs the provider, auditor and client runners (keeping any registered already).
@@ -16,7 +20,7 @@ import contextlib
 import logging
 import os
 import time
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 import trio
 from libp2p.exceptions import BaseLibp2pError
@@ -48,9 +52,12 @@ def _split_host_port(text: str) -> tuple[str, int]:
 
 
 class Node:
-    def __init__(self, config: Config, seed: bytes, *, take_lock: bool = True) -> None:
-        """``take_lock=False`` when the caller already holds the data directory's lock."""
+    def __init__(self, config: Config, seed: bytes, *, take_lock: bool = True,
+                 cheats: Mapping[str, Callable[[Any], Any]] | None = None) -> None:
+        """``take_lock=False`` when the caller already holds the data directory's lock; ``cheats``
+        the strategies a ``--cheat`` provider may run (`node.roles.runner.Cheats`)."""
         self.config = config
+        self.cheats = cheats
         self._take_lock = take_lock
         self.metrics = NodeMetrics()
         self.host = NodeHost(

@@ -11,7 +11,7 @@ a dispute party is asked, level by level:
 Steps follow `protocol.jobs.CheckpointSchedule`: step s turns state s-1 into state
 s and reads the batch of training step ``s - 1`` (the state's own step counter).
 
-Two methods are the whole computation, so a deviating run (`node._cheats`) changes
+Two methods are the whole computation, so a deviating run (`node.cheats`) changes
 what it computes by overriding them: `step` (state s-1 to state s) and
 `step_values` (every node's output in step s). The honest ones call the training
 program's own `run_step` and interpreter.
@@ -23,8 +23,10 @@ that commit to the program, and the referee's own batch hashes.
 """
 from __future__ import annotations
 
+import random
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -223,3 +225,28 @@ class TrainingOracle:
     def node_inputs(self, step: int, node: int) -> Sequence[Any]:
         values = self._step_values(step)
         return [np.asarray(values[m]) for m in self.training.graph.nodes[node].inputs]
+
+
+@dataclass
+class CheatContext:
+    """What a deviating run starts from (each strategy of `node.cheats` takes one): the job's
+    program, the honest run (the cheater could always compute it), a seeded source of its
+    random choices, and the timer."""
+
+    training: TrainingProgram
+    honest: TrainingOracle
+    rng: random.Random
+    timer: StageTimer
+
+    @property
+    def steps(self) -> int:
+        return self.training.spec.steps
+
+    @property
+    def schedule(self) -> CheckpointSchedule:
+        return self.honest.schedule
+
+    @property
+    def state_outputs_entry(self) -> int:
+        """Program index of the state-outputs entry (after the graph's nodes)."""
+        return len(self.training.graph.nodes)

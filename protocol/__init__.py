@@ -1,7 +1,7 @@
 """Pure protocol logic: identities, wire messages, Merkle commitments, the dispute game. No I/O.
 
 Everything a node needs is re-exported here; the modules are small and private in
-spirit. The one module that touches the file system is `protocol.keyfile`.
+spirit. None touches the file system (a node's key file is `node.keyfile`).
 """
 from .actions import Action, GameOver, Outbox, Received, Send
 from .claims import (
@@ -26,7 +26,6 @@ from .identity import (
     DOMAIN_ENVELOPE, DOMAIN_JOB_TERMS, DOMAIN_SIGNED_ROOT, Identity, short_id, signing_input, verify_signature,
 )
 from .jobs import CheckpointSchedule, DisputeRules, JobTerms, SignedJobTerms, job_id
-from .keyfile import KeyFileError, create_key_file, read_key_file, write_key_file
 from .listtree import ListProof, ListTree, list_root
 from .merkle import ChildrenProof, Descent, InclusionProof, MerkleTree, leftmost_difference
 from .messages import (
@@ -50,10 +49,9 @@ from .statements import (
 __all__ = [
     # errors
     "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
-    # identities and key files
+    # identities
     "Identity", "verify_signature", "signing_input", "short_id",
     "DOMAIN_ENVELOPE", "DOMAIN_SIGNED_ROOT", "DOMAIN_JOB_TERMS",
-    "KeyFileError", "write_key_file", "read_key_file", "create_key_file",
     # envelopes and messages
     "Envelope", "Message", "MESSAGE_TYPES", "decode_envelope", "ReplayGuard", "NEVER",
     "MAX_MESSAGE_SIZE", "MAX_TENSOR_MESSAGE_SIZE",

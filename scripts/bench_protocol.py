@@ -7,7 +7,7 @@
 
 Prints one line per measurement. The decoding fuzz also checks, over every input, that
 nothing but RemoteProtocolError escapes `decode_envelope` (it exits non-zero otherwise).
-The whole dispute (`node.dispute_sim`) trains the job as an honest party and as a
+The whole dispute (`node.cli.dispute_sim`) trains the job as an honest party and as a
 cheater, then plays the game, and splits its time into recomputation by the parties,
 hashing, and game logic (protocol machines, signature checks, the referee's
 recomputation of one node); it exits non-zero if the honest party does not win.
@@ -175,7 +175,7 @@ def bench_fuzz(messages: list[bytes], inputs: int, seed: int) -> bool:
 
 def bench_dispute(job: str, steps: int, strategy: str, seed: int) -> bool:
     """One whole dispute on a real training job, from both parties' training to the verdict."""
-    from node.dispute_sim import simulate
+    from node.cli.dispute_sim import simulate
     from repops_cupy.jobspec import load_job
     from repops_cupy.train import TrainingProgram
 

@@ -1,7 +1,7 @@
 """The package arrows and the reproducibility rules, checked on the source itself.
 
 Arrows point one way: node -> protocol -> repops_cupy, node -> contracts -> protocol.
-protocol does no I/O and never sleeps. Inside repops_cupy, library reductions, products
+protocol does no I/O (not even the file system) and never sleeps. Inside repops_cupy, library reductions, products
 and transcendentals may touch a value only where a comment says why it is exact.
 """
 import ast
@@ -19,9 +19,8 @@ ALLOWED = {
     "node": set(PACKAGES),
 }
 # modules that would give protocol I/O, concurrency or a clock of its own
-PROTOCOL_FORBIDDEN = {"trio", "socket", "asyncio", "threading", "subprocess", "libp2p", "web3", "requests", "httpx", "select"}
-# the one I/O helper protocol may have: writing and reading key files
-PROTOCOL_IO_MODULES = {"keyfile.py"}
+PROTOCOL_FORBIDDEN = {"trio", "socket", "asyncio", "threading", "subprocess", "libp2p", "web3", "requests", "httpx", "select",
+                      "os", "pathlib", "io", "shutil", "tempfile", "glob", "sqlite3"}
 
 
 def _imports(path: pathlib.Path) -> set[str]:
@@ -52,8 +51,6 @@ def test_imports_follow_the_arrows(package):
 def test_protocol_does_no_io():
     bad = []
     for path in _sources("protocol"):
-        if path.name in PROTOCOL_IO_MODULES:
-            continue
         text = path.read_text()
         for name in _imports(path) & PROTOCOL_FORBIDDEN:
             bad.append(f"{path.relative_to(ROOT)} imports {name}")
@@ -96,7 +93,7 @@ BLAKE3_USERS = {
     "protocol/messages.py": "the dispute id (gavel/dispute-id/v1)",
     "protocol/jobs.py": "the job id (gavel/job-id/v1)",
     "protocol/referee.py": "the referee's transcript chain (gavel/transcript/v1)",
-    "node/dispute_sim.py": "identities of simulated parties, from their names",
+    "node/cli/dispute_sim.py": "identities of simulated parties, from their names",
     "node/testnet/plan.py": "seeds of a testnet's accounts, from the testnet seed",
     "node/roles/chain.py": "development account keys, from a seed",
 }
@@ -178,11 +175,7 @@ def test_hashed_layout_check_finds_a_second_encoder(tmp_path):
 # A circle is held together by an import at the bottom of a module or inside a function;
 # both hide which module needs which. Every import counts here, those inside functions
 # and under TYPE_CHECKING too.
-KNOWN_CIRCLES = {
-    frozenset({"node.node_cli", "node.submit_cli"}):
-        "node_cli imports submit_cli.format_duration and submit_cli imports node_cli._leaves, each inside a "
-        "function (owned by the node engineers; move the two helpers to a module both import)",
-}
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 MAX_MODULE_LINES = 600
 LONG_MODULES = {
     "node/roles/client.py": "the client role's whole job life (open, hand out, verify, dispute, settle) as one "
@@ -278,6 +271,23 @@ def test_no_import_circles():
     assert not bad, "import circles (every import counts, also those inside functions):\n" + "\n".join(bad)
     stale = [sorted(k) for k in KNOWN_CIRCLES if k not in {group for group, _ in circles}]
     assert not stale, f"no longer circles, remove from KNOWN_CIRCLES: {stale}"
+
+
+# The cheat strategies are for tests and simulations: whoever starts a run that may cheat
+# passes `node.cheats.STRATEGIES` in (node.runtime.Node(cheats=...) -> roles.runner.JobRun).
+CHEAT_IMPORTERS = {
+    "node.cli.dispute_sim": "the dispute simulator's cheating party",
+    "node.cli.node": "gavel node start --cheat STRATEGY (a testnet's provider processes)",
+    "node.testnet.plan": "which strategies a testnet's cheaters use",
+    "node.testnet.launcher": "an in-process testnet's cheating providers",
+}
+
+
+def test_honest_node_code_does_not_import_the_cheats():
+    importers = {name for name, targets in import_graph().items() if "node.cheats" in targets}
+    assert importers <= set(CHEAT_IMPORTERS), f"import node.cheats only to pass it in: {sorted(importers - set(CHEAT_IMPORTERS))}"
+    stale = sorted(set(CHEAT_IMPORTERS) - importers)
+    assert not stale, f"no longer import node.cheats, remove from CHEAT_IMPORTERS: {stale}"
 
 
 def test_circle_check_finds_a_circle_held_by_an_import_inside_a_function(tmp_path):

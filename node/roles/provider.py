@@ -189,7 +189,8 @@ class ProviderRole:
             signed = _terms(record)
             training, program = await ctx.prepare_job(job_id, signed, record["bundle"], [ctx.peer_of(signed.terms.client)])
             run = self.runs.get(job_id) or JobRun(training, program, job_dir(self.config.data_dir, job_id) / RUN_DIR,
-                                                  job_id=job_id, cheat=self.config.cheat, device=self.device)
+                                                  job_id=job_id, cheat=self.config.cheat, cheats=self.ctx.node.cheats,
+                                                  device=self.device)
             self.runs[job_id] = run
             state = job.state
             if state in ("accepted", "trained"):
@@ -376,7 +377,8 @@ class ProviderRole:
         signed = _terms(record)
         training, program = await self.ctx.prepare_job(job_id, signed, record["bundle"], [])
         run = self.runs.get(job_id) or JobRun(training, program, job_dir(self.config.data_dir, job_id) / RUN_DIR,
-                                              job_id=job_id, cheat=self.config.cheat, device=self.device)
+                                              job_id=job_id, cheat=self.config.cheat, cheats=self.ctx.node.cheats,
+                                              device=self.device)
         self.runs[job_id] = run
         trace = self.traces.get(job_id) or run.finished_trace()
         if trace is None:

@@ -6,10 +6,11 @@ of an earlier, interrupted run of the same job (a node killed mid-job), and the 
 run passes through the same bits. A stop flag checked after every step lets the node
 end a run promptly on shutdown; the next start resumes it.
 
-A deviating run (a provider started with ``--cheat STRATEGY``, for tests) is one of
-`node._cheats`' strategies: the honest run is computed in memory first (the cheat needs
-it to pick a deviation that survives to a checkpoint), then the cheat's run, whose
-checkpoints are written in the same format. Its choices are seeded by the job id, so a
+A deviating run (a provider started with ``--cheat STRATEGY``, for tests) is one of the
+strategies in the table the run is given (`node.cheats.STRATEGIES`, passed in by whoever
+starts a cheating node; honest code never imports it): the honest run is computed in
+memory first (the cheat needs it to pick a deviation that survives to a checkpoint), then
+the cheat's run, whose checkpoints are written in the same format. Its choices are seeded by the job id, so a
 restarted cheater cheats the same way.
 
 `StoredRunOracle` answers a dispute from the checkpoint files of a finished run: it
@@ -33,7 +34,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,12 @@ from repops_cupy.checkpoint import CheckpointError, load_checkpoint, save_checkp
 from repops_cupy.train import TRACE_FILE, Trace, TrainingError, checkpoint_file, train
 
 from ..errors import LocalError
-from ..training_oracle import StageTimer, TrainingOracle, schedule_of
+from ..training_oracle import CheatContext, StageTimer, TrainingOracle, schedule_of
 
 log = logging.getLogger(__name__)
+
+# a strategy's name -> its deviating run (node.cheats.STRATEGIES); None: the node trains honestly
+Cheats = Mapping[str, Callable[[CheatContext], Any]]
 
 
 class RunStopped(Exception):
@@ -83,12 +87,13 @@ class JobRun:
     """One job's training run in ``run_dir``."""
 
     def __init__(self, training: Any, program: Any, run_dir: Path, *, job_id: bytes, cheat: str = "",
-                 device: str = "cpu") -> None:
+                 cheats: Cheats | None = None, device: str = "cpu") -> None:
         self.training = training
         self.program = program
         self.run_dir = Path(run_dir)
         self.job_id = job_id
         self.cheat = cheat
+        self.cheats = cheats
         self.device = device
         self.schedule = schedule_of(training)
         self._cheat_oracle: TrainingOracle | None = None
@@ -148,9 +153,7 @@ class JobRun:
         return trace
 
     def _deviate(self, stop: threading.Event) -> Trace:
-        from .._cheats import STRATEGIES, CheatContext
-
-        if self.cheat not in STRATEGIES:
+        if self.cheat not in (self.cheats or {}):
             raise RunFailed(f"unknown cheat {self.cheat!r}")
         timer = StageTimer()
         honest = TrainingOracle(self.training, timer=timer, program=self.program)
@@ -159,7 +162,7 @@ class JobRun:
             raise RunStopped("stopped before deviating")
         rng = random.Random(int.from_bytes(self.job_id[:8], "big"))
         try:
-            cheat = STRATEGIES[self.cheat](CheatContext(self.training, honest, rng, timer))
+            cheat = self.cheats[self.cheat](CheatContext(self.training, honest, rng, timer))
         except RuntimeError as error:
             raise RunFailed(f"cheat {self.cheat}: {error}") from None
         cheat.oracle.train(prefix=honest, prefix_steps=(cheat.truth.step or 1) - 1)

@@ -138,7 +138,9 @@ def node_settings(node: NodePlan, options: TestnetOptions, *, chain: str, listen
 
 def init_node_dir(directory: Path, seed: bytes, values: dict[str, Any]):
     """The node's data directory, keyed with its planned seed (so its accounts follow from the testnet seed)."""
-    from protocol import Identity, write_key_file
+    from protocol import Identity
+
+    from ..keyfile import write_key_file
 
     config = init_datadir(directory, values)
     write_key_file(config.key_file, Identity(seed), overwrite=True)
@@ -424,6 +426,7 @@ class Network:
 
 class InProcessNetwork(Network):
     async def run(self) -> RunRecords:
+        from ..cheats import STRATEGIES
         from ..logs import configure_logging
         from ..runtime import Node
         from ..roles.context import context_of
@@ -452,7 +455,7 @@ class InProcessNetwork(Network):
                                            listen="/ip4/127.0.0.1/tcp/0", bootstrap=bootstrap, log_file="",
                                            shared_loop_nodes=self.shared_loop_nodes)
                     config = init_node_dir(self.node_dir(plan_node.name), plan_node.seed, values)
-                    node = Node(config, plan_node.seed)
+                    node = Node(config, plan_node.seed, cheats=STRATEGIES if plan_node.cheat else None)
                     # The peers table is not needed here, and its recorder dies on a peer known only by an
                     # inbound connection (libp2p's PeerStoreError is no BaseLibp2pError), taking the node along.
                     node.record_interval = PEER_RECORD_OFF

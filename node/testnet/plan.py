@@ -4,7 +4,7 @@ Nodes are named ``provider-NN``, ``auditor-NN`` and ``client-NN``; each node's 3
 seed derives from the testnet seed and its name, so the same options give the same
 keys, accounts, cheaters, strategies and jobs on every run. The cheaters are
 ``cheaters`` of the providers, picked at random; their strategies are drawn from
-`node._cheats.STRATEGIES` (all but ``honest``), each used once before any repeats.
+`node.cheats.STRATEGIES` (all but ``honest``), each used once before any repeats.
 
 Jobs are variants of one job file (the MLP of ``scripts/jobs/mlp.toml`` by default)
 with the steps and checkpoint interval the testnet asks for and a seed of their own,
@@ -44,7 +44,7 @@ class TestnetOptions:
     steps: int = 8
     checkpoint_every: int = 1
     job_file: Path = DEFAULT_JOB
-    strategies: tuple[str, ...] = ()  # empty: every strategy of node._cheats but honest
+    strategies: tuple[str, ...] = ()  # empty: every strategy of node.cheats but honest
     capacity: int = 2                 # jobs a provider trains at once
     stake: str = "100"                # ether each provider and auditor stakes
     # a job's windows, in seconds: the client settles only after the challenge window
@@ -81,7 +81,7 @@ class NodePlan:
     name: str
     role: str
     seed: bytes
-    cheat: str = ""          # a strategy of node._cheats, for a cheating provider
+    cheat: str = ""          # a strategy of node.cheats, for a cheating provider
     cheat_rate: float = 0.0
 
     @property
@@ -117,7 +117,7 @@ def node_seed(testnet_seed: int, name: str) -> bytes:
 
 
 def cheat_strategies() -> list[str]:
-    from .._cheats import STRATEGIES
+    from ..cheats import STRATEGIES
 
     return [s for s in STRATEGIES if s != "honest"]
 

@@ -16,8 +16,8 @@ from repops_cupy.jobspec import load_job
 from repops_cupy.train import TrainingProgram
 
 from node import cli
-from node._cheats import STRATEGIES, FlippedBit
-from node.dispute_sim import RULES, simulate
+from node.cheats import STRATEGIES, FlippedBit
+from node.cli.dispute_sim import RULES, simulate
 from node.training_oracle import TrainingOracle
 
 JOB = """

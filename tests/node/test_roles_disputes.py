@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from node._cheats import CheatContext, perturb_weight
+from node.cheats import CheatContext, perturb_weight
 from node.roles.disputes import PartySession, RefereeSession, first_seq
 from node.training_oracle import StageTimer, TrainingOracle, batch_hashes, job_terms
 from protocol import CHALLENGER, DEFENDER, DisputeRules, Identity, Referee, RemoteProtocolError

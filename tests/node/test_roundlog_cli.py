@@ -2,7 +2,7 @@
 import json
 
 from node.cli import main
-from node.roundlog_cli import is_roundlog_job
+from node.cli.roundlog import is_roundlog_job
 
 JOB = "scripts/jobs/cnn-roundlog.toml"
 

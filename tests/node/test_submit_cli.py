@@ -19,7 +19,8 @@ from protocol.settings import DEFAULT_JOB_SETTINGS, WINDOW_FLOOR, WINDOW_MARGIN
 
 ACCEPT_WITHIN = DEFAULT_JOB_SETTINGS.accept_within
 from node.roles.jobfiles import load_training
-from node.submit_cli import Progress, format_duration
+from node.cli.common import format_duration
+from node.cli.submit import Progress
 
 from .conftest import trio_test
 from .test_roles_support import advance_embedded_chain, role, start_node, write_job
@@ -212,7 +213,7 @@ async def test_on_a_terminal_the_countdown_is_one_line_kept_up_to_date(monkeypat
 
 
 def test_with_wait_verified_the_json_stays_the_last_line(capsys):
-    from node.submit_cli import _print_result
+    from node.cli.submit import _print_result
 
     result = {"job": "ab" * 32, "state": "verified", "result_dir": "/r", "result_from": "cd" * 32,
               "trace_root": "ef" * 32, "providers": {}, "verdicts": []}

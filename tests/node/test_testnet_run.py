@@ -7,7 +7,7 @@ import os
 import numba
 import pytest
 
-from node import testnet_cli
+from node.cli import testnet as testnet_cli
 from node.testnet.threads import THREAD_ENV
 
 from .test_roles_support import advance_embedded_chain

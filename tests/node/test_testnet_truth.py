@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from node._cheats import STRATEGIES, CheatContext
+from node.cheats import STRATEGIES, CheatContext
 from node.testnet.plan import DEFAULT_JOB, job_variant
 from node.testnet.threads import one_thread_per_node
 from node.testnet.truth import _training, honest_run, replay_run

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from node.roundlog_dispute import RunDirectoryParty, initial_state_hash, play_dispute, referee_for
+from node.cli.roundlog_dispute import RunDirectoryParty, initial_state_hash, play_dispute, referee_for
 from protocol.identity import Identity
 from protocol.roundlog_dispute import LOG_LEAF, StateOpening, log_digest, max_rounds, opened_state_hash
 from repops_cupy.roundlog import StepLog
@@ -214,7 +214,7 @@ def _toml(raw) -> str:
 
 @pytest.mark.parametrize("cheat,role", [("weight", "provider"), ("lr", "auditor"), ("honest", "provider")])
 def test_dispute_sim_routes_a_roundlog_job_to_this_game(tmp_path, capsys, cheat, role):
-    from node.dispute_sim import dispute_sim_main
+    from node.cli.dispute_sim import dispute_sim_main
 
     job = tmp_path / "tiny.toml"
     job.write_text(_toml(_job_raw(steps=4, interval=2)))

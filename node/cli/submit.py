@@ -44,9 +44,9 @@ from pathlib import Path
 
 import trio
 
-from .errors import NodeError
+from ..errors import NodeError
+from .common import EXIT_INTERRUPTED, format_duration, leaves
 
-EXIT_INTERRUPTED = 130
 PROGRESS_EVERY = 20.0  # seconds between two countdown lines when stdout is not a terminal
 CHAIN_TIME_EVERY = 10.0  # seconds between two readings of the chain's clock
 
@@ -107,8 +107,8 @@ def submit_main(argv: list[str]) -> int:
         value = getattr(args, flag)
         if value is not None and not value > 0:
             parser.error(f"--{flag.replace('_', '-')} must be a positive number of seconds")
-    from .roles.chain import parse_ether
-    from .roles.client import SubmitOptions
+    from ..roles.chain import parse_ether
+    from ..roles.client import SubmitOptions
 
     try:
         price, stake = parse_ether(args.price, "--price"), parse_ether(args.stake, "--stake")
@@ -126,8 +126,8 @@ def submit_main(argv: list[str]) -> int:
     except NodeError as error:
         print(f"gavel submit: {error}", file=sys.stderr)
         return 1
-    from .datadir import DataDirLock
-    from .logs import configure_logging
+    from ..datadir import DataDirLock
+    from ..logs import configure_logging
 
     try:
         with DataDirLock(config):
@@ -137,18 +137,16 @@ def submit_main(argv: list[str]) -> int:
         print(f"gavel submit: {error}", file=sys.stderr)
         return 1
     except BaseExceptionGroup as group:
-        from .node_cli import _leaves
-
-        leaves = _leaves(group)
-        if leaves and all(isinstance(e, NodeError) for e in leaves):
-            print(f"gavel submit: {'; '.join(str(e) for e in leaves)}", file=sys.stderr)
+        errors = leaves(group)
+        if errors and all(isinstance(e, NodeError) for e in errors):
+            print(f"gavel submit: {'; '.join(str(e) for e in errors)}", file=sys.stderr)
             return 1
         raise
 
 
 def _open(args: argparse.Namespace):
-    from .config import CONFIG_FILE
-    from .datadir import init_datadir, load_seed, open_datadir
+    from ..config import CONFIG_FILE
+    from ..datadir import init_datadir, load_seed, open_datadir
 
     overrides = {k: v for k, v in (("chain", args.chain), ("contract", args.contract), ("listen", args.listen)) if v}
     if args.bootstrap:
@@ -177,8 +175,8 @@ def follow_command(config, args: argparse.Namespace) -> str:
 
 
 async def _run(config, seed: bytes, args: argparse.Namespace, options) -> int:
-    from .roles.context import context_of
-    from .runtime import Node
+    from ..roles.context import context_of
+    from ..runtime import Node
 
     interrupted = False
     code = 1
@@ -320,16 +318,6 @@ def _columns() -> int:
     import shutil
 
     return shutil.get_terminal_size((100, 24)).columns
-
-
-def format_duration(seconds: float) -> str:
-    """``1h02m``, ``1m40s`` or ``45s``."""
-    s = max(0, int(round(seconds)))
-    if s >= 3600:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    if s >= 60:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s}s"
 
 
 def _still_open(cj, now: float, command: str) -> str:

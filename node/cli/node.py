@@ -14,7 +14,8 @@ from pathlib import Path
 
 import trio
 
-from .errors import NodeError
+from ..errors import NodeError
+from .common import leaves
 
 EXIT_NOT_RUNNING = 3
 
@@ -28,7 +29,7 @@ def _fail(message: str, code: int = 1) -> int:
 
 
 def _node_parser() -> argparse.ArgumentParser:
-    from .config import add_setting_flags
+    from ..config import add_setting_flags
 
     parser = argparse.ArgumentParser(prog="gavel node", description="create or run a gavel node")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -44,8 +45,8 @@ def _node_parser() -> argparse.ArgumentParser:
 def node_main(argv: list[str]) -> int:
     parser = _node_parser()
     args = parser.parse_args(argv)
-    from .config import overrides_from_args
-    from .errors import ConfigError
+    from ..config import overrides_from_args
+    from ..errors import ConfigError
 
     overrides = overrides_from_args(args)
     try:
@@ -65,7 +66,7 @@ def _check_addresses(values, where: str = "--") -> None:
     /p2p/<peer id>): checked before anything is written or started. `where` prefixes a name."""
     from multiaddr import Multiaddr
 
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     for name, addrs, peer in (("listen", [values.get("listen")], False), ("bootstrap", values.get("bootstrap"), True)):
         for addr in addrs or []:
@@ -82,7 +83,7 @@ def _check_addresses(values, where: str = "--") -> None:
 def _init(data_dir: Path, values: dict) -> int:
     from nacl.signing import SigningKey
 
-    from .datadir import init_datadir, load_seed, peer_id_text
+    from ..datadir import init_datadir, load_seed, peer_id_text
 
     config = init_datadir(data_dir, values)
     peer = peer_id_text(bytes(SigningKey(load_seed(config)).verify_key))
@@ -91,8 +92,8 @@ def _init(data_dir: Path, values: dict) -> int:
 
 
 def _start(data_dir: Path, overrides: dict) -> int:
-    from .datadir import DataDirLock, load_seed, open_datadir
-    from .logs import configure_logging
+    from ..datadir import DataDirLock, load_seed, open_datadir
+    from ..logs import configure_logging
 
     config = open_datadir(data_dir, overrides)
     _check_addresses(config.values(), f"{config.config_file}: ")  # the flags' were checked: the file's
@@ -101,34 +102,36 @@ def _start(data_dir: Path, overrides: dict) -> int:
     with DataDirLock(config):
         configure_logging(config.log_level, libp2p_level=config.libp2p_log_level, file=config.log_path)
         try:
-            trio.run(_run_until_signal, config, seed)
+            trio.run(_run_until_signal, config, seed, _cheats(config.cheat))
         except BaseExceptionGroup as group:
             # A NodeError from inside the node's nurseries (a busy port, say) is a
             # message for the user, not a traceback.
-            leaves = _leaves(group)
-            if leaves and all(isinstance(e, NodeError) for e in leaves):
-                return _fail("; ".join(str(e) for e in leaves))
+            errors = leaves(group)
+            if errors and all(isinstance(e, NodeError) for e in errors):
+                return _fail("; ".join(str(e) for e in errors))
             raise
     return 0
 
 
-def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
-    out: list[BaseException] = []
-    for e in group.exceptions:
-        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
-    return out
+def _cheats(strategy: str):
+    """The cheat strategies for a node told to cheat (``--cheat``, tests only); None for an honest one."""
+    if not strategy:
+        return None
+    from ..cheats import STRATEGIES
+
+    return STRATEGIES
 
 
-async def _run_until_signal(config, seed: bytes) -> None:
+async def _run_until_signal(config, seed: bytes, cheats=None) -> None:
     import logging
 
-    from .runtime import Node
+    from ..runtime import Node
 
     log = logging.getLogger("node.cli")
     # Listen for signals before anything starts, so an early SIGTERM is not lost.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            node: Node = await nursery.start(Node(config, seed, take_lock=False).run)
+            node: Node = await nursery.start(Node(config, seed, take_lock=False, cheats=cheats).run)
             info = node.api_info()
             print(
                 json.dumps({"event": "started", "peer_id": info.peer_id, "addrs": info.addrs, "metrics": info.metrics}),
@@ -160,7 +163,7 @@ def status_main(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the ping, and for the chain")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    from .datadir import clear_stale, lock_is_held, open_datadir, read_api
+    from ..datadir import clear_stale, lock_is_held, open_datadir, read_api
 
     try:
         config = open_datadir(args.data_dir)
@@ -210,9 +213,9 @@ def status_main(argv: list[str]) -> int:
 
 
 async def _ping(addrs: list[str], timeout: float):
-    from .errors import PeerUnreachable
-    from .host import open_host
-    from .logs import configure_logging
+    from ..errors import PeerUnreachable
+    from ..host import open_host
+    from ..logs import configure_logging
 
     configure_logging("warning")
     if not addrs:
@@ -224,7 +227,7 @@ async def _ping(addrs: list[str], timeout: float):
 
 
 def _jobs_and_disputes(config) -> tuple[list, list]:
-    from .storage import read_snapshot
+    from ..storage import read_snapshot
 
     try:
         return read_snapshot(config.db_file)
@@ -234,7 +237,7 @@ def _jobs_and_disputes(config) -> tuple[list, list]:
 
 
 def _record(job) -> dict:
-    from .framing import unpack
+    from ..framing import unpack
 
     try:
         record = unpack(job.spec)
@@ -244,7 +247,7 @@ def _record(job) -> dict:
 
 
 def _dispute_kind(d) -> str:
-    from .framing import unpack
+    from ..framing import unpack
 
     try:
         state = unpack(d.state)
@@ -259,7 +262,7 @@ def _job_phase(job, disputes: list, now: float):
     """A client's job: its phase (`node.roles.client.phase_of`); others: None."""
     if job.role != "client":
         return None
-    from .roles.client import phase_of
+    from ..roles.client import phase_of
 
     running = sum(1 for d in disputes if d.job_id == job.job_id and d.status == "refereeing")
     try:
@@ -285,7 +288,7 @@ def _dispute_json(d) -> dict:
 
 
 def _jobs_text(jobs: list, disputes: list, now: float) -> str:
-    from .submit_cli import format_duration
+    from .common import format_duration
 
     lines = [f"jobs: {len(jobs) or 'none'}"]
     for job in jobs:
@@ -309,7 +312,7 @@ def _jobs_text(jobs: list, disputes: list, now: float) -> str:
 def _chain_account(config, info: dict, timeout: float) -> dict:
     """The node's account on the settlement chain: stake, locked, credit, balance (wei) and
     the chain's time; ``error`` instead when the chain does not answer within ``timeout``."""
-    from .roles.chain import DEV_DEPLOYER_KEY, EMBEDDED, account_key, canonical_address
+    from ..roles.chain import DEV_DEPLOYER_KEY, EMBEDDED, account_key, canonical_address
 
     url = info.get("chain") or config.chain
     out: dict = {"url": url}
@@ -320,7 +323,7 @@ def _chain_account(config, info: dict, timeout: float) -> dict:
         from eth_account import Account
 
         from contracts import RpcChain, Settlement
-        from .datadir import load_seed
+        from ..datadir import load_seed
 
         account = info.get("account") or Account.from_key(account_key(load_seed(config))).address
         address = info.get("contract") or config.contract or canonical_address(Account.from_key(DEV_DEPLOYER_KEY).address)
@@ -336,14 +339,14 @@ def _chain_account(config, info: dict, timeout: float) -> dict:
         finally:
             chain.close()
     except Exception as error:  # the chain is optional here: say why it is missing
-        from .roles.context import short_reason
+        from ..roles.context import short_reason
 
         out["error"] = short_reason(str(error))
     return out
 
 
 def _chain_text(chain: dict) -> str:
-    from .roles.chain import format_ether
+    from ..roles.chain import format_ether
 
     head = f"chain: {chain['url']}"
     if "account" in chain:

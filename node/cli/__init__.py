@@ -7,6 +7,17 @@ function takes the remaining argv and returns an exit status.
 Bad input gets one line on stderr and a non-zero status, never a traceback: each
 command reports its own errors (2 for bad usage), and what still escapes it here is
 said in one line too: Ctrl-C (status 130) and a file-system error (status 1).
+
+The package holds the command-line front ends and offline tools; the node itself is
+the rest of `node`:
+
+  common       exit statuses, one-line errors, durations (shared by the commands)
+  node         gavel node init|start, gavel status
+  submit       gavel submit: a light client for one job
+  train        gavel train, gavel replay (roundlog: the same for rounding-log jobs)
+  dispute_sim  gavel dispute-sim: both parties and the referee in one process
+               (roundlog_dispute: its game for rounding-log jobs)
+  testnet      gavel testnet: a network on loopback (node.testnet runs it)
 """
 from __future__ import annotations
 
@@ -14,31 +25,19 @@ import importlib
 import os
 import sys
 
+from .common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, describe_os_error
+
 # name -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "selfcheck": ("repops_cupy.selfcheck", "main", "check that every operator gives identical bits across CPU configurations (and the GPU)"),
-    "node": ("node.node_cli", "node_main", "create a node's data directory (init) or run the node (start)"),
-    "status": ("node.node_cli", "status_main", "is the node of a data directory running? ping it"),
-    "train": ("node.train_cli", "train_main", "train a job (TOML) with reproducible operators; prints the trace root"),
-    "replay": ("node.train_cli", "replay_main", "recompute one checkpoint interval of a trained job and compare with its trace"),
-    "dispute-sim": ("node.dispute_sim", "dispute_sim_main", "play the dispute game between an honest and a cheating party on a job, in one process"),
-    "submit": ("node.submit_cli", "submit_main", "submit a training job to the network (escrow, providers, checked result, disputes, settlement)"),
-    "testnet": ("node.testnet_cli", "testnet_main", "run a network of nodes on loopback, some cheating on purpose, and report what happened"),
+    "node": ("node.cli.node", "node_main", "create a node's data directory (init) or run the node (start)"),
+    "status": ("node.cli.node", "status_main", "is the node of a data directory running? ping it"),
+    "train": ("node.cli.train", "train_main", "train a job (TOML) with reproducible operators; prints the trace root"),
+    "replay": ("node.cli.train", "replay_main", "recompute one checkpoint interval of a trained job and compare with its trace"),
+    "dispute-sim": ("node.cli.dispute_sim", "dispute_sim_main", "play the dispute game between an honest and a cheating party on a job, in one process"),
+    "submit": ("node.cli.submit", "submit_main", "submit a training job to the network (escrow, providers, checked result, disputes, settlement)"),
+    "testnet": ("node.cli.testnet", "testnet_main", "run a network of nodes on loopback, some cheating on purpose, and report what happened"),
 }
-
-
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
-
-
-def describe_os_error(error: OSError) -> str:
-    """An OSError in one line: 'PATH: reason' (as ls or cp say it), without '[Errno N]'."""
-    reason = error.strerror or str(error)
-    if error.filename is None:
-        return reason
-    if error.filename2 is not None:
-        return f"{error.filename} -> {error.filename2}: {reason}"
-    return f"{error.filename}: {reason}"
 
 
 def _usage() -> str:
@@ -73,7 +72,3 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"gavel {name}: {describe_os_error(error)}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

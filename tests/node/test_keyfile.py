@@ -6,7 +6,8 @@ import stat
 
 import pytest
 
-from protocol import Identity, KeyFileError, create_key_file, read_key_file, write_key_file
+from node.keyfile import KeyFileError, create_key_file, read_key_file, write_key_file
+from protocol import Identity
 
 SEED = bytes(range(32))
 

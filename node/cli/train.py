@@ -32,8 +32,8 @@ from repops_cupy.jobspec import JobSpecError, load_job
 from repops_cupy.models import count_params
 from repops_cupy.train import TRACE_FILE, Trace, TrainingError, TrainingProgram, replay, train
 
-from . import roundlog_cli
-from .cli import EXIT_INTERRUPTED, describe_os_error
+from . import roundlog
+from .common import EXIT_INTERRUPTED, describe_os_error
 
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
@@ -102,8 +102,8 @@ def train_main(argv: list[str]) -> int:
     out = Path(args.out)
     try:
         _check_out(out)
-        if roundlog_cli.is_roundlog_job(args.job):
-            return roundlog_cli.train(args.job, args.out, steps=args.steps, resume=args.resume,
+        if roundlog.is_roundlog_job(args.job):
+            return roundlog.train(args.job, args.out, steps=args.steps, resume=args.resume,
                                       threads=args.threads, backend=args.matmul_backend, micro_batch=args.micro_batch)
         program = load_training(args.job, args.steps)
         if (out / TRACE_FILE).exists() and not args.resume:
@@ -190,8 +190,8 @@ def replay_main(argv: list[str]) -> int:
     if not run_dir.is_dir():
         return _fail("gavel replay", f"--from {run_dir}: {'not a directory' if run_dir.exists() else 'no such directory'}",
                      EXIT_USAGE)
-    if roundlog_cli.is_roundlog_job(args.job):
-        return roundlog_cli.replay(args.job, args.run_dir, args.checkpoint, threads=args.threads,
+    if roundlog.is_roundlog_job(args.job):
+        return roundlog.replay(args.job, args.run_dir, args.checkpoint, threads=args.threads,
                                    backend=args.matmul_backend, micro_batch=args.micro_batch)
     try:
         spec = load_training(args.job).spec

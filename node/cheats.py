@@ -1,4 +1,8 @@
-"""Ways to cheat at a training job, for `gavel dispute-sim`: one function per strategy.
+"""Ways to cheat at a training job: one function per strategy, in `STRATEGIES`.
+
+For tests and simulations only, and passed in where a run may cheat: `gavel dispute-sim`,
+a testnet's cheating providers (`node.runtime.Node(..., cheats=STRATEGIES)`, which hands
+the table to the provider's `node.roles.runner.JobRun`). Honest node code never imports it.
 
 A cheat is a deviating run of the job (a `TrainingOracle` whose `step` and
 `step_values` compute something else from some step on) and, for the cheats that
@@ -24,14 +28,13 @@ The cheater also knows what the honest computation gives (it could always run it
 from __future__ import annotations
 
 import dataclasses
-import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from protocol import (
-    EQUIVOCATION, INVALID_MOVE, TIMEOUT, WRONG_RESULT, CheckpointSchedule, Envelope, Identity, RevealChildren,
+    EQUIVOCATION, INVALID_MOVE, TIMEOUT, WRONG_RESULT, Envelope, Identity, RevealChildren,
     StepRequest, commit_trace, hash_tree,
 )
 from repops_cupy.checkpoint import state_hash
@@ -40,7 +43,7 @@ from repops_cupy.hashing import hash_tensor
 from repops_cupy.optim import PARAM_PREFIX
 from repops_cupy.train import LOSS_OUTPUT, STEP_KEY, TrainingProgram
 
-from .training_oracle import State, StageTimer, TrainingOracle
+from .training_oracle import CheatContext, State, TrainingOracle
 
 # a rewrite gets the referee's request, the cheater's own answer and the key it signs with;
 # it returns the envelope to send instead, or None to stay silent
@@ -75,27 +78,6 @@ class Cheat:
     truth: Truth
     description: str
     rewrite: Rewrite | None = None
-
-
-@dataclass
-class CheatContext:
-    training: TrainingProgram
-    honest: TrainingOracle
-    rng: random.Random
-    timer: StageTimer
-
-    @property
-    def steps(self) -> int:
-        return self.training.spec.steps
-
-    @property
-    def schedule(self) -> CheckpointSchedule:
-        return self.honest.schedule
-
-    @property
-    def state_outputs_entry(self) -> int:
-        """Program index of the state-outputs entry (after the graph's nodes)."""
-        return len(self.training.graph.nodes)
 
 
 # --- deviating runs ------------------------------------------------------------------------------

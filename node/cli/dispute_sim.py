@@ -3,7 +3,7 @@
     gavel dispute-sim JOB.toml --cheat STRATEGY [--steps N] [--seed S] [--cheater-role provider|auditor] [--json]
 
 Both parties train the job with the reproducible training code (`TrainingOracle`);
-the cheater's run deviates as its strategy says (`node._cheats`). Each signs its
+the cheater's run deviates as its strategy says (`node.cheats`). Each signs its
 trace root. If the roots differ, the auditor (the challenger) opens a dispute at the
 job's client (the referee) against the provider (the defender), and the three
 protocol machines play it out in one process: every message is sealed, encoded and
@@ -47,8 +47,8 @@ from protocol import (
 )
 from repops_cupy.train import TrainingProgram
 
-from ._cheats import STRATEGIES, Cheat, CheatContext, Rewrite, Truth
-from .training_oracle import HASH, REPLAY, TRAIN, StageTimer, TrainingOracle, batch_hashes, job_terms
+from ..cheats import STRATEGIES, Cheat, CheatContext, Rewrite, Truth
+from ..training_oracle import HASH, REPLAY, TRAIN, StageTimer, TrainingOracle, batch_hashes, job_terms
 
 PROVIDER, AUDITOR = "provider", "auditor"
 # dispute rules of the simulated job, and the simulated network: one-way latency and each party's time to answer
@@ -369,12 +369,12 @@ def report_lines(r: SimResult) -> list[str]:
 
 
 def dispute_sim_main(argv: list[str]) -> int:
-    from . import roundlog_cli
-    if any(roundlog_cli.is_roundlog_job(a) for a in argv if not a.startswith("-")):
+    from . import roundlog
+    if any(roundlog.is_roundlog_job(a) for a in argv if not a.startswith("-")):
         from .roundlog_dispute import dispute_sim_main as roundlog_dispute_sim
         return roundlog_dispute_sim(argv)  # model.kind = "torch-roundlog": its own game and cheats
     args = _parser().parse_args(argv)
-    from .train_cli import UsageError, load_training
+    from .train import UsageError, load_training
     try:
         training = load_training(args.job, args.steps)
     except UsageError as exc:

@@ -34,7 +34,7 @@ def train(job_path: str, out_dir: str, *, steps: int | None, resume: bool, threa
           backend: str, micro_batch: int | None) -> int:
     from repops_cupy.roundlog.job import RoundLogJobError, load_spec, train_job
 
-    from .cli import describe_os_error
+    from .common import describe_os_error
 
     if resume:
         return _fail("gavel train", "--resume is not supported for rounding-log jobs yet; train again from step 0", 2)
@@ -63,7 +63,7 @@ def replay(job_path: str, run_dir: str, checkpoint: int, *, threads: int | None,
 
     from repops_cupy.roundlog.job import RoundLogJobError, replay_job
 
-    from .cli import describe_os_error
+    from .common import describe_os_error
 
     try:
         trace = json.loads((Path(run_dir) / "trace.json").read_text())

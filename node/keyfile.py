@@ -1,4 +1,4 @@
-"""Key files: the one place in `protocol` that touches the file system.
+"""Key files: a node's identity on disk (`protocol.Identity`'s seed).
 
 A key file holds an identity's 32-byte seed as two text lines::
 
@@ -17,14 +17,15 @@ import secrets
 import stat
 from pathlib import Path
 
-from .errors import LocalProtocolError
-from .identity import SEED_SIZE, Identity
+from protocol.identity import SEED_SIZE, Identity
+
+from .errors import LocalError
 
 KEY_FILE_HEADER = "gavel-ed25519-seed/1"
 KEY_FILE_MODE = 0o600
 
 
-class KeyFileError(LocalProtocolError):
+class KeyFileError(LocalError):
     """A key file that is missing, malformed, too widely readable, or already exists."""
 
 
