@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // Rebuilds the settlement contract's artifacts (ABI + bytecode JSON under contracts/artifacts/)
-// from contracts/solidity/ with the solc-js version pinned in package.json.
+// from contracts/solidity/ with the solc-js version pinned in package.json: every deployable
+// contract of every source, so version 1, version 2 (GavelSettlementV2, LibList) and the test
+// contracts under testing/ alike; abstract contracts (NodeRegistryV2) have no bytecode and no artifact.
 //
 //   npm ci                                      # installs the pinned solc (and anvil)
 //   node scripts/build_contracts.mjs            # rewrites contracts/artifacts/*.json
