@@ -11,6 +11,8 @@ gossip subscriptions. The modules:
   jobfiles       the job bundle (spec and data as blobs), job directories, the terms check
   runner         a training run on disk (resumable, or deviating with ``--cheat``) and its oracle
   disputes       the dispute machines' trio shell: the referee drives, parties answer, logs resume
+  referee        refereeing a job's disputes: checked on chain, run to a verdict, recorded with rule
+  client_job     a client's job apart from the network: its life as one table, its phase, its size
   provider, auditor, client   the roles
 """
 from __future__ import annotations

@@ -1,29 +1,15 @@
-"""The client role: submits a job, escrows its price, checks the results, referees, settles.
+"""The client role: submits a job, escrows its price, hands it out, checks the results, settles.
 
-Life of a job at its client (the row's state in storage):
-
-  opened     terms signed (they commit to the bundle's program, data and initial state),
-             bundle stored as blobs, price escrowed on chain (``openJob``)
-  handed     the wanted number of providers took a seat (offers over ``/gavel/job/1.0.0``;
-             each checked the terms and locked its stake on chain); job announced on gossip
-  verifying  every seat's trace report arrived (or the commit deadline passed); each is
-             checked against its signed root and the root committed on chain
-  verified   roots that differ were disputed (the client asks one provider to challenge
-             the other; it referees every dispute of the job, auditors' included, and
-             records each verdict on chain with ``rule``); the result (final weights and
-             trace) fetched from a provider that did not lose and checked against its
-             commitment
-  settled    the job settled on chain after its challenge window: honest providers paid,
-             losers slashed (or the price refunded when no honest result came)
-  unfilled   not enough providers took a seat before the acceptance deadline (refunded)
-
-Every step is resumable: a restarted client picks its jobs up from their rows.
+A job's life is the table of `client_job.JOB_LIFE` (submitted, opened, handed, verifying,
+verified; settled, unfilled or failed); `ClientRole.drive` does the work of each state and
+moves the job on by the event that work ended in. The disputes of the client's jobs are
+refereed by its `referee.RefereeDuty`. Every state is resumable: a restarted client picks
+its jobs up from their rows.
 """
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import random
 import shutil
@@ -36,20 +22,24 @@ import trio
 from libp2p.peer.id import ID
 
 from protocol import Commitment, Envelope, JobOffer, LocalProtocolError, RemoteProtocolError, hash_tree
-from protocol.settings import CLIENT_SETTINGS, DEFAULT_JOB_SETTINGS, JobSettings
+from protocol.settings import CLIENT_SETTINGS, JobSettings
 
 from ..errors import BadMessage, LocalError, PeerError, is_transient
 from ..framing import pack, unpack
 from ..streams import RequestRefused
 from .chain import ETHER, chain_failures, format_ether
 from .context import RoleContext
-from .disputes import RefereeSession
 from .jobfiles import JOB_FILE, encode_bundle, install_job, job_dir, load_training, prepare_bundle
 from .job_protocols import (
     JOB_LIMITS, JOB_PROTOCOL, TOPIC_JOBS, TOPIC_PROVIDERS, Advert, Challenge, JobAnnouncement, Offer,
     TraceReport, trace_request,
 )
-from .provider import _chain_error, _terms, withdraw_credit
+from .provider import _chain_error, withdraw_credit
+from .client_job import (
+    CLOSED, DONE_STATES, HANDED, JOB_MISSING, JOB_OPENED, OPENED, REPORTS_IN, RESULT_CHECKED, SEATS_FILLED,
+    SEATS_UNFILLED, SUBMITTED, UNFILLED, VERIFIED, VERIFYING, ClientJob, Phase, default_windows, estimate_step_seconds,
+    phase_of, verified_summary,
+)
 from .referee import RefereedJob, RefereeDuty
 
 log = logging.getLogger(__name__)
@@ -61,43 +51,11 @@ OFFER_TIMEOUT = 180.0  # a provider fetches the bundle and builds the program be
 ADVERT_FRESH = 30.0
 ADVERTS_KEPT = 3
 POLL = 1.0
-DONE_STATES = ("settled", "unfilled", "failed")
 WAIT_UNTIL = ("verified", "settled")  # where `ClientRole.wait` may stop
+ANNOUNCED = (HANDED, VERIFYING, VERIFIED)  # a job is announced to auditors from the time it is handed out
 # A result fetch cut off by the network is tried again (after 2, 4, 8 s); a wrong result is not.
 RESULT_ATTEMPTS = 4
 RESULT_RETRY_DELAY = 2.0
-
-
-# A step's cost on a busy CPU, from its step graph: per operator node (the interpreter's
-# overhead, which dominates small models), per multiply-add of its matrix products, per
-# element written. Measured on this project's 2-core machines: the MLP of
-# scripts/jobs/mlp.toml takes 15 ms a step alone, 0.32 s in a provider beside two other
-# nodes and a test suite (estimated 0.22 s, so its windows are 74 s); the tiny GPT 0.25 s
-# alone (estimated 2.8 s). A GPU only finishes sooner. The windows it sizes: `JobSettings.sized_for`.
-STEP_SECONDS_PER_NODE = 4e-3
-STEP_SECONDS_PER_MAC = 4e-9
-STEP_SECONDS_PER_ELEMENT = 2e-8
-
-
-def estimate_step_seconds(graph: Any) -> float:
-    """An upper estimate of one training step's seconds on a CPU, from its operator graph."""
-    macs = elements = 0
-    for node in graph.nodes:
-        size = math.prod(node.shape)
-        if node.op == "matmul":
-            a = graph.nodes[node.inputs[0]].shape
-            macs += size * (a[-2] if node.attrs.get("transpose_a") else a[-1])
-        else:
-            elements += size
-    return (STEP_SECONDS_PER_NODE * len(graph.nodes) + STEP_SECONDS_PER_MAC * macs
-            + STEP_SECONDS_PER_ELEMENT * elements)
-
-
-def default_windows(training: Any) -> dict[str, float]:
-    """The accept, commit and challenge windows (seconds) of a job, when not given: the
-    table's accept window; the commit and challenge windows sized for the job's estimated work."""
-    sized = DEFAULT_JOB_SETTINGS.sized_for(training.spec.steps * estimate_step_seconds(training.graph))
-    return {name: getattr(sized, name) for name in ("accept_within", "commit_within", "challenge_within")}
 
 
 @dataclass
@@ -123,29 +81,6 @@ class SubmitOptions:
         return JobSettings(**given).sized_for(work_seconds)
 
 
-@dataclass
-class ClientJob:
-    job_id: bytes
-    record: dict
-    state: str
-    training: Any = None
-    sessions: list[RefereeSession] = field(default_factory=list)
-    changed: trio.Event = field(default_factory=trio.Event)
-    done: trio.Event = field(default_factory=trio.Event)
-
-    def notify(self) -> None:
-        self.changed.set()
-        self.changed = trio.Event()
-
-    @property
-    def terms(self) -> Any:
-        return _terms(self.record)
-
-    def phase(self, now: float) -> "Phase":
-        """Where the job stands at chain time ``now``."""
-        return phase_of(self.state, self.record, now, disputes_running=sum(1 for s in self.sessions if not s.recorded))
-
-
 class ClientRole:
     def __init__(self, ctx: RoleContext) -> None:
         self.ctx = ctx
@@ -169,6 +104,8 @@ class ClientRole:
             if job.state in DONE_STATES:
                 cj.done.set()
             else:
+                if job.state in ANNOUNCED:
+                    self._start_announcing(cj)
                 ctx.start_soon(self.drive, cj, name=f"client job {job.job_id.hex()[:12]}")
             await self.referee.resume(job.job_id)
         self.ready.set()
@@ -249,9 +186,9 @@ class ClientRole:
             "deadlines": {"accept_by": accept_by, "commit_by": commit_by, "challenge_by": challenge_by},
             "seats": {}, "verdicts": [],
         }
-        cj = ClientJob(job_id, record, "submitted", training=training)
+        cj = ClientJob(job_id, record, SUBMITTED, training=training)
         self.jobs[job_id] = cj
-        await ctx.save_job(job_id, ROLE, "submitted", record)
+        await ctx.save_job(job_id, ROLE, SUBMITTED, record)
         if on_open is not None:
             on_open(cj)
         s = chain.settlement
@@ -259,14 +196,11 @@ class ClientRole:
         await chain.run(lambda: s.open_job(job_id, price=options.price, providers_wanted=options.providers,
                                            provider_stake=options.stake, accept_by=accept_by, commit_by=commit_by,
                                            challenge_by=challenge_by, ruling_period=rules.ruling_period))
-        await self._save(cj, "opened")
         log.info("job %s: opened on chain, %s ether for %d provider(s)", job_id.hex()[:12],
                  format_ether(options.price), options.providers)
-        await self._hand_over(cj)
-        if cj.state == "handed":
-            ctx.start_soon(self.drive, cj, name=f"client job {job_id.hex()[:12]}")
-        else:
-            ctx.start_soon(self._settle, cj, name=f"client job {job_id.hex()[:12]}")
+        await self._advance(cj, JOB_OPENED)
+        await self._advance(cj, await self._hand_over(cj))  # before returning: the job is handed out or unfilled
+        ctx.start_soon(self.drive, cj, name=f"client job {job_id.hex()[:12]}")
         return job_id
 
     async def wait(self, job_id: bytes, until: str = "settled") -> dict:
@@ -276,7 +210,7 @@ class ClientRole:
             raise ValueError(f"wait until one of {', '.join(WAIT_UNTIL)}, not {until!r}")
         cj = self.jobs[job_id]
         if until == "verified":
-            while cj.state != "verified" and not cj.done.is_set():
+            while cj.state != VERIFIED and not cj.done.is_set():
                 with trio.move_on_after(POLL):
                     await cj.changed.wait()
             if not cj.done.is_set():
@@ -290,13 +224,43 @@ class ClientRole:
         r = cj.record
         return Offer(envelope.encode(), r["bundle"], r["contract"], r["client_account"], r["client_addrs"])
 
-    async def _save(self, cj: ClientJob, state: str | None = None) -> None:
-        if state is not None:
-            cj.state = state
+    async def _save(self, cj: ClientJob) -> None:
         await self.ctx.save_job(cj.job_id, ROLE, cj.state, cj.record)
         cj.notify()
 
-    async def _hand_over(self, cj: ClientJob) -> None:
+    # -- a job's life: one state's work at a time, each ending in an event of JOB_LIFE ----------
+
+    async def drive(self, cj: ClientJob) -> None:
+        """Do each state's work and move the job on by the event it ends in, to the job's end."""
+        work = {SUBMITTED: self._find_on_chain, OPENED: self._hand_over, HANDED: self._await_reports,
+                VERIFYING: self._resolve, VERIFIED: self._settle, UNFILLED: self._settle}
+        try:
+            await self._training(cj)
+            while not cj.done.is_set():
+                await self._advance(cj, await work[cj.state](cj))
+        finally:
+            if cj.state in DONE_STATES:
+                cj.done.set()
+
+    async def _advance(self, cj: ClientJob, event: str) -> None:
+        """The job's state moves on by ``event`` (in `ClientJob.apply`, the only place it
+        changes), the row is saved, and what starts or ends with the new state does."""
+        over = cj.apply(event)
+        await self._save(cj)
+        if event == SEATS_FILLED:
+            self._start_announcing(cj)
+        if over:
+            cj.done.set()
+
+    async def _find_on_chain(self, cj: ClientJob) -> str:
+        """A job stopped before or while it was opened on chain: did the chain get it?"""
+        from contracts import JobStatus
+
+        info = await self.ctx.chain.run(self.ctx.chain.settlement.job, cj.job_id)
+        return JOB_OPENED if info.status != JobStatus.NONE else JOB_MISSING
+
+    async def _hand_over(self, cj: ClientJob) -> str:
+        """Offer seats until the wanted number of providers took one or acceptance closes."""
         options = SubmitOptions(**cj.record["options"])
         accept_by = cj.record["deadlines"]["accept_by"]
         offer = pack(self._offer(cj).to_wire())
@@ -316,10 +280,9 @@ class ClientRole:
         if len(cj.record["seats"]) < options.providers:
             log.warning("job %s: only %d of %d providers took it", cj.job_id.hex()[:12], len(cj.record["seats"]),
                         options.providers)
-            await self._save(cj, "unfilled")
-            return
-        await self._save(cj, "handed")
+            return SEATS_UNFILLED
         log.info("job %s: handed to %d provider(s)", cj.job_id.hex()[:12], len(cj.record["seats"]))
+        return SEATS_FILLED
 
     async def _offer_to(self, cj: ClientJob, peer: ID, addrs: list[str], offer: bytes, accept_by: int) -> None:
         ctx = self.ctx
@@ -348,7 +311,10 @@ class ClientRole:
         await self._save(cj)
         log.info("job %s: %s took a seat as %s", cj.job_id.hex()[:12], peer, account)
 
-    # -- driving a job to its end -------------------------------------------------------
+    # -- the work of the later states -----------------------------------------------------
+
+    def _start_announcing(self, cj: ClientJob) -> None:
+        self.ctx.start_soon(self._announce, cj, name=f"announce {cj.job_id.hex()[:12]}")
 
     async def _announce(self, cj: ClientJob) -> None:
         """Announce the job to auditors until its challenge window closes. Gossip may lose
@@ -360,37 +326,7 @@ class ClientRole:
             await ctx.publish(TOPIC_JOBS, announcement)
             await trio.sleep(ctx.config.regossip_interval)
 
-    async def drive(self, cj: ClientJob) -> None:
-        if cj.state not in ("submitted", "opened"):
-            self.ctx.start_soon(self._announce, cj, name=f"announce {cj.job_id.hex()[:12]}")
-        try:
-            if cj.training is None:
-                cj.training = await trio.to_thread.run_sync(
-                    load_training, job_dir(self.ctx.config.data_dir, cj.job_id) / JOB_FILE)
-            if cj.state == "submitted":  # stopped before or while opening the job on chain
-                from contracts import JobStatus
-
-                info = await self.ctx.chain.run(self.ctx.chain.settlement.job, cj.job_id)
-                await self._save(cj, "opened" if info.status != JobStatus.NONE else "failed")
-            if cj.state == "opened":
-                await self._hand_over(cj)
-                if cj.state == "unfilled":
-                    await self._settle(cj)
-                    return
-                self.ctx.start_soon(self._announce, cj, name=f"announce {cj.job_id.hex()[:12]}")
-            if cj.state == "handed":
-                await self._await_reports(cj)
-                await self._save(cj, "verifying")
-            if cj.state == "verifying":
-                await self._resolve(cj)
-                await self._save(cj, "verified")
-            if cj.state == "verified":
-                await self._settle(cj)
-        finally:
-            if cj.state in DONE_STATES:
-                cj.done.set()
-
-    async def _await_reports(self, cj: ClientJob) -> None:
+    async def _await_reports(self, cj: ClientJob) -> str:
         """Until every seat delivered its trace report or the commit deadline passed."""
         commit_by = cj.record["deadlines"]["commit_by"]
         last_poll = 0.0
@@ -400,6 +336,7 @@ class ClientRole:
                 await self._fetch_missing_reports(cj)
             with trio.move_on_after(POLL):
                 await cj.changed.wait()
+        return REPORTS_IN
 
     async def _fetch_missing_reports(self, cj: ClientJob) -> None:
         """Ask providers that committed on chain but whose report never came."""
@@ -462,7 +399,7 @@ class ClientRole:
             log.info("job %s: trace report of %s received, root %s", cj.job_id.hex()[:12], root.signer.hex()[:8],
                      root.root.hex()[:16])
 
-    async def _resolve(self, cj: ClientJob) -> None:
+    async def _resolve(self, cj: ClientJob) -> str:
         """Dispute differing roots, wait for every dispute's verdict, fetch and check the result."""
         chain = self.ctx.chain
         valid: dict[str, TraceReport] = {}
@@ -490,6 +427,7 @@ class ClientRole:
                     await self._start_dispute(cj, first, other)
         await self._await_disputes(cj, until=cj.record["deadlines"]["challenge_by"] if len(groups) > 1 else 0)
         await self._fetch_result(cj, valid)
+        return RESULT_CHECKED
 
     async def _start_dispute(self, cj: ClientJob, a: str, b: str) -> None:
         """Ask provider ``a`` to challenge ``b`` (or ``b`` to challenge ``a``, if ``a`` will not)."""
@@ -522,28 +460,9 @@ class ClientRole:
             if not running and info.status != JobStatus.DISPUTED and (cj.sessions or time.time() >= until):
                 return
             if info.status == JobStatus.DISPUTED and not running:
-                await self._lapse_stale(cj)
+                await self.referee.lapse_overdue(cj.job_id)
             with trio.move_on_after(POLL):
                 await cj.changed.wait()
-
-    async def _lapse_stale(self, cj: ClientJob) -> None:
-        """Close disputes of the job whose ruling deadline passed without a verdict."""
-        from contracts import DisputeOpened, DisputeStatus
-
-        chain = self.ctx.chain
-        s = chain.settlement
-        try:
-            events = await chain.run(s.events)
-            now = max(await chain.run(chain.chain.now), int(time.time()))
-            for entry in events:
-                event = entry.event
-                if isinstance(event, DisputeOpened) and event.job_id == cj.job_id and now >= event.rule_by:
-                    if (await chain.run(s.dispute, event.dispute_id)).status == DisputeStatus.OPEN:
-                        await chain.run(s.lapse, event.dispute_id)
-                        log.info("job %s: chain dispute #%d lapsed without a verdict", cj.job_id.hex()[:12],
-                                 event.dispute_id)
-        except chain_failures() as error:
-            log.info("job %s: lapsing disputes: %s", cj.job_id.hex()[:12], _chain_error(error))
 
     async def _fetch_result(self, cj: ClientJob, valid: dict[str, TraceReport]) -> None:
         """The final weights and trace from a provider that did not lose, checked against its root."""
@@ -590,7 +509,7 @@ class ClientRole:
                 break
         log.warning("job %s: no provider delivered a result that checks", cj.job_id.hex()[:12])
 
-    async def _settle(self, cj: ClientJob) -> None:
+    async def _settle(self, cj: ClientJob) -> str:
         from contracts import JobStatus
 
         ctx = self.ctx
@@ -598,7 +517,7 @@ class ClientRole:
         s = chain.settlement
         challenge_by = cj.record["deadlines"]["challenge_by"]
         accept_by = cj.record["deadlines"]["accept_by"]
-        ready_at = accept_by if cj.state == "unfilled" else challenge_by
+        ready_at = accept_by if cj.state == UNFILLED else challenge_by
         while True:
             info = await chain.run(s.job, cj.job_id)
             if info.status in (JobStatus.FINALIZED, JobStatus.REFUNDED):
@@ -606,7 +525,7 @@ class ClientRole:
             now = max(await chain.run(chain.chain.now), int(time.time()))
             running = [x for x in cj.sessions if not x.recorded]
             if info.status == JobStatus.DISPUTED and not running and now >= challenge_by:
-                await self._lapse_stale(cj)
+                await self.referee.lapse_overdue(cj.job_id)
             elif now >= ready_at and not running and info.status != JobStatus.DISPUTED:
                 try:
                     await chain.run(s.settle, cj.job_id)
@@ -621,9 +540,8 @@ class ClientRole:
         if out:
             await trio.to_thread.run_sync(
                 (Path(out) / "result.json").write_text, json.dumps(cj.record["result"], indent=1) + "\n")
-        await self._save(cj, "settled" if cj.state != "unfilled" else "unfilled")
         log.info("job %s: settled on chain (%s)", cj.job_id.hex()[:12], info.status.name)
-        cj.done.set()
+        return CLOSED
 
     async def _summary(self, cj: ClientJob, info: Any) -> dict:
         chain = self.ctx.chain
@@ -657,66 +575,6 @@ class ClientRole:
     async def _on_ruled(self, cj: ClientJob, summary: dict) -> None:
         cj.record["verdicts"] = [v for v in cj.record["verdicts"] if v["dispute"] != summary["dispute"]] + [summary]
         await self._save(cj)
-
-
-# -- where a job stands, for people ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Phase:
-    """Where a client's job stands: ``name`` changes when the job moves on; ``doing`` says
-    what it waits for; ``window`` and ``deadline`` name the on-chain deadline that bounds
-    the wait (unix seconds, chain time; 0 when none)."""
-
-    name: str
-    doing: str
-    window: str = ""
-    deadline: int = 0
-
-
-def phase_of(state: str, record: dict, now: float, *, disputes_running: int = 0) -> Phase:
-    """The phase of a job from its row (state and record) at chain time ``now``."""
-    deadlines = record.get("deadlines", {})
-    seats = record.get("seats", {})
-    wanted = (record.get("options") or {}).get("providers") or len(seats)
-    accept_by, commit_by = deadlines.get("accept_by", 0), deadlines.get("commit_by", 0)
-    challenge_by = deadlines.get("challenge_by", 0)
-    reports = sum(1 for seat in seats.values() if seat.get("report") is not None)
-    if state == "submitted":
-        return Phase("submitted", "opening the job on chain (escrowing its price)", "accept", accept_by)
-    if state == "opened":
-        return Phase("opened", f"waiting for providers to take a seat ({len(seats)} of {wanted} taken)",
-                     "accept", accept_by)
-    if state == "handed":
-        return Phase("handed", f"providers training ({reports} of {len(seats)} results in)", "commit", commit_by)
-    if state == "verifying":
-        what = f"refereeing {disputes_running} dispute(s)" if disputes_running else "checking the results"
-        return Phase("verifying", what, "challenge", challenge_by)
-    if state == "verified":
-        if disputes_running:
-            return Phase("disputed", f"result in hand; refereeing {disputes_running} dispute(s), then settling",
-                         "challenge", challenge_by)
-        if now < challenge_by:
-            return Phase("verified", "result in hand; auditors may still challenge a provider, then settlement",
-                         "challenge", challenge_by)
-        return Phase("settling", "challenge window closed; paying the honest providers on chain")
-    if state == "settled":
-        status = (record.get("result") or {}).get("status", "")
-        return Phase("settled", f"done on chain{f' ({status})' if status else ''}")
-    if state == "unfilled":
-        return Phase("unfilled", "not enough providers took a seat; the price is refunded")
-    return Phase(state, state)
-
-
-def verified_summary(cj: ClientJob) -> dict:
-    """A verified job's summary, before settlement: the checked result and where it came from."""
-    r = cj.record
-    providers = {key: {"peer": seat["peer"], "account": seat["account"],
-                       "outcome": "reported" if seat.get("report") is not None else "no result"}
-                 for key, seat in r["seats"].items()}
-    return {"job": cj.job_id.hex(), "state": cj.state, "result_dir": r.get("result_dir"),
-            "result_from": r.get("result_from"), "trace_root": r.get("trace_root"), "providers": providers,
-            "verdicts": r["verdicts"], "challenge_by": r["deadlines"]["challenge_by"]}
 
 
 def _decode(data: bytes) -> Envelope:

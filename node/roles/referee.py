@@ -12,17 +12,19 @@ training program, and where the verdicts go). For each dispute the duty
   records  the verdict on chain with ``rule`` (slashing the loser), announces it on the
            verdicts topic, and hands its summary to the job's owner (``on_ruled``).
 
-A restarted node resumes the sessions whose verdict is not recorded (`resume`).
+A restarted node resumes the sessions whose verdict is not recorded (`resume`); a dispute
+nobody ruled by its deadline is closed on chain (`lapse_overdue`).
 
 The duty knows no client: it asks ``jobs(job_id)`` for what it referees. Drawn referees
 (docs/economics.md §9 and §14.2 step 3: ``ROLE_REFEREE``, appeals, first-level rulings
 when the client cannot rule) are a second source of jobs, from chain events, handed to
-the same duty; the on-chain checks of `_check_on_chain` and the recording of
-`_record` are where the claim game's ``rule`` and transcripts go.
+the same duty; the on-chain checks of `_check_on_chain`, the recording of `_record` and
+`lapse_overdue` are where the claim game's ``rule``, transcripts and referee timeouts go.
 """
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -192,6 +194,29 @@ class RefereeDuty:
         if job is not None:
             await job.on_ruled(summary)
         await ctx.publish(TOPIC_VERDICTS, {"verdict": session.verdict_envelope.encode()})
+
+
+    # -- deadlines nobody met -------------------------------------------------------------
+
+    async def lapse_overdue(self, job_id: bytes) -> None:
+        """Close the job's disputes whose ruling deadline passed without a verdict (``lapse``:
+        the locks stay as they were before the dispute)."""
+        from contracts import DisputeOpened, DisputeStatus
+
+        chain = self.ctx.chain
+        s = chain.settlement
+        try:
+            events = await chain.run(s.events)
+            now = max(await chain.run(chain.chain.now), int(time.time()))
+            for entry in events:
+                event = entry.event
+                if isinstance(event, DisputeOpened) and event.job_id == job_id and now >= event.rule_by:
+                    if (await chain.run(s.dispute, event.dispute_id)).status == DisputeStatus.OPEN:
+                        await chain.run(s.lapse, event.dispute_id)
+                        log.info("job %s: chain dispute #%d lapsed without a verdict", job_id.hex()[:12],
+                                 event.dispute_id)
+        except chain_failures() as error:
+            log.info("job %s: lapsing disputes: %s", job_id.hex()[:12], _chain_error(error))
 
 
 __all__ = ["RefereeDuty", "RefereedJob"]
