@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from repops_cupy.roundlog.job import Job, load_spec
+from repops_cupy.roundlog.roundlog_job import Job, load_spec
 from repops_cupy.roundlog.plain import PlainRun, plain_divergence
 from repops_cupy.roundlog.state import trace_root
 from repops_cupy.roundlog.thresholds import MARGIN, Thresholds

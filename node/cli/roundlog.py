@@ -32,7 +32,7 @@ def is_roundlog_job(path: str) -> bool:
 
 def train(job_path: str, out_dir: str, *, steps: int | None, resume: bool, threads: int | None,
           backend: str, micro_batch: int | None) -> int:
-    from repops_cupy.roundlog.job import RoundLogJobError, load_spec, train_job
+    from repops_cupy.roundlog.roundlog_job import RoundLogJobError, load_spec, train_job
 
     from .common import describe_os_error
 
@@ -61,7 +61,7 @@ def replay(job_path: str, run_dir: str, checkpoint: int, *, threads: int | None,
            micro_batch: int | None) -> int:
     import json
 
-    from repops_cupy.roundlog.job import RoundLogJobError, replay_job
+    from repops_cupy.roundlog.roundlog_job import RoundLogJobError, replay_job
 
     from .common import describe_os_error
 

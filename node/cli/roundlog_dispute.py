@@ -1,6 +1,6 @@
 """Plays the rounding-log dispute game (`protocol.roundlog_dispute`) between two run directories.
 
-A run directory is what `repops_cupy.roundlog.job.train_job` writes: checkpoints,
+A run directory is what `repops_cupy.roundlog.roundlog_job.train_job` writes: checkpoints,
 per-step logs and trace.json. `RunDirectoryParty` answers the referee from one;
 states between checkpoints come from replaying the run's own logs from the
 checkpoint before them (or from `kept_states`, for a party that stored them).
@@ -27,7 +27,7 @@ from protocol.merkle import ChildrenProof, MerkleTree
 from protocol.roundlog_dispute import (
     IntervalOpening, RoundLogReferee, StateOpening, StepEvidence, StepPair, Verdict, log_leaf_proof, max_rounds,
 )
-from repops_cupy.roundlog.job import Job, RoundLogJobError, load_spec, train_job
+from repops_cupy.roundlog.roundlog_job import Job, RoundLogJobError, load_spec, train_job
 from repops_cupy.roundlog.state import load_checkpoint, save_checkpoint
 from repops_cupy.roundlog.trainer import Auditor, RoundLogTrainer
 

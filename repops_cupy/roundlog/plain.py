@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..hashing import hash_tensor
-from .job import Job
+from .roundlog_job import Job
 from .npbackend import NumpyProducts
 
 

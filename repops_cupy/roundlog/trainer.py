@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from .codec import StepLog
 from .engine import RoundingEngine, RoundLogError, StepResult
 from .intercept import RoundingMode, mark_batch
-from .optim import Optimizer, build_optimizer
+from .rounded_optim import Optimizer, build_optimizer
 from .state import load_checkpoint, log_digest, save_checkpoint, state_hash, to_canonical
 from .thresholds import Thresholds
 

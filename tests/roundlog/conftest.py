@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from repops_cupy.roundlog.data import SyntheticImages, SyntheticTokens
-from repops_cupy.roundlog.models import SmallCNN, TinyGPT
+from repops_cupy.roundlog.batches import SyntheticImages, SyntheticTokens
+from repops_cupy.roundlog.torch_models import SmallCNN, TinyGPT
 from repops_cupy.roundlog.thresholds import Thresholds
 
 

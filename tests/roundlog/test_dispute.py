@@ -12,7 +12,7 @@ from protocol.identity import Identity
 from protocol.roundlog_dispute import LOG_LEAF, StateOpening, log_digest, max_rounds, opened_state_hash
 from repops_cupy.roundlog import StepLog
 from repops_cupy.roundlog import state as roundlog_state
-from repops_cupy.roundlog.job import Job, train_job
+from repops_cupy.roundlog.roundlog_job import Job, train_job
 
 from .test_replay import _job_raw
 

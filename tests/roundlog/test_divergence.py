@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from repops_cupy.roundlog import Auditor, RoundLogTrainer
-from repops_cupy.roundlog.job import Job
+from repops_cupy.roundlog.roundlog_job import Job
 from repops_cupy.roundlog.plain import plain_divergence
 from repops_cupy.roundlog.state import trace_root
 

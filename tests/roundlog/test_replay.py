@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from repops_cupy.roundlog import Auditor, RoundLogTrainer, RunConfig, StepLog
-from repops_cupy.roundlog.data import SyntheticTokens
-from repops_cupy.roundlog.models import TinyGPT
-from repops_cupy.roundlog.job import Job, replay_job, train_job
+from repops_cupy.roundlog.batches import SyntheticTokens
+from repops_cupy.roundlog.torch_models import TinyGPT
+from repops_cupy.roundlog.roundlog_job import Job, replay_job, train_job
 from repops_cupy.roundlog.state import trace_root
 
 PAIRS = {
@@ -151,7 +151,7 @@ def test_tampered_log_is_caught(setup_of, thresholds):
 def _job_raw(steps=4, interval=2):
     return {
         "job": {"name": "tiny-cnn", "seed": 5, "steps": steps, "batch_size": 8, "checkpoint_interval": interval},
-        "model": {"kind": "torch-roundlog", "module": "repops_cupy.roundlog.models:SmallCNN",
+        "model": {"kind": "torch-roundlog", "module": "repops_cupy.roundlog.torch_models:SmallCNN",
                   "args": {"in_channels": 3, "widths": [4, 8, 8], "num_classes": 5, "bn_group": 2}},
         "data": {"kind": "synthetic-images", "channels": 3, "size": 8, "num_classes": 5},
         "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},

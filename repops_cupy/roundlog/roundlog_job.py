@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .data import SyntheticImages, SyntheticTokens, TextTokens
+from .batches import SyntheticImages, SyntheticTokens, TextTokens
 from .state import write_trace
 from .thresholds import Thresholds
 from .trainer import Auditor, RoundLogTrainer, RunConfig
