@@ -100,9 +100,11 @@ def int8_planes(lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarra
     a_all = torch.from_numpy(lhs.reshape(nb, m, DIGITS * length))
     b_all = torch.from_numpy(rhs.reshape(nb, DIGITS * length, n))
     for q, (_, s0, count, t0) in enumerate(_BLOCKS):
-        a_blocks = a_all[:, :, s0 * length:(s0 + count) * length].unbind(0)
-        b_blocks = b_all[:, t0 * length:(t0 + count) * length].unbind(0)
-        for a, b, o in zip(a_blocks, b_blocks, out[q].unbind(0)):
+        a_cols, b_rows = slice(s0 * length, (s0 + count) * length), slice(t0 * length, (t0 + count) * length)
+        if nb == 1:
+            torch._int_mm(a_all[0, :, a_cols], b_all[0, b_rows], out=out[q, 0])
+            continue
+        for a, b, o in zip(a_all[:, :, a_cols].unbind(0), b_all[:, b_rows].unbind(0), out[q].unbind(0)):
             torch._int_mm(a, b, out=o)
     return planes, _DIAGONAL_WEIGHTS
 

@@ -27,6 +27,7 @@ import time
 
 MATMUL_SHAPES = ((256, 256, 256), (1024, 1024, 1024), (64, 4096, 4096))
 GPU_SHAPES = ((1024, 1024, 1024), (4096, 4096, 4096))
+HEAD_SHAPES = ((16, 64, 32, 64), (16, 64, 64, 32))  # batch x heads of tiny-gpt's attention: many small products
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
@@ -67,6 +68,11 @@ def _matmul_rows(repeats: int) -> list[dict]:
         plain = _paired_times(lambda: matmul(a, b), lambda: a @ b, repeats)  # exact: baseline timing only
         reuse = _paired_times(lambda: matmul(a, prepared), lambda: a @ b, repeats)  # exact: baseline timing only
         rows.append(_row(f"matmul {m}x{k}x{n}", plain, ratio_prepared_b=reuse["ours"] / reuse["numpy"]))
+    for nb, m, k, n in HEAD_SHAPES:
+        a = rng.standard_normal((nb, m, k)).astype(np.float32)
+        b = rng.standard_normal((nb, k, n)).astype(np.float32)
+        heads = _paired_times(lambda: matmul(a, b), lambda: a @ b, repeats)  # exact: baseline timing only
+        rows.append(_row(f"matmul {nb} heads x {m}x{k}x{n}", heads))
     return rows
 
 
