@@ -33,6 +33,7 @@ from protocol.sampling import sample_size
 
 from ..errors import LocalError, PeerError, is_transient
 from ..framing import pack, unpack
+from .chain import forget_lost_jobs, watch_chain
 from .context import PartySpec, RoleContext
 from .jobfiles import BundleError, job_dir
 from .job_protocols import JOB_LIMITS, JOB_PROTOCOL, TOPIC_COMMITMENTS, TOPIC_JOBS, CommitmentNotice, JobAnnouncement, TraceReport, trace_request
@@ -69,6 +70,7 @@ class AuditorRole:
         await ctx.on_gossip(TOPIC_JOBS, self._on_job)
         await ctx.on_gossip(TOPIC_COMMITMENTS, self._on_commitment)
         await ctx.wait_chain()
+        watch_chain(ctx, lambda old, new: forget_lost_jobs(ctx, ROLE, ("watching", "auditing"), old, new))
         for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
             record = unpack(job.spec)
             for key, entry in record.get("audits", {}).items():

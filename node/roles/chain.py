@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 import blake3
 import trio
@@ -129,6 +130,19 @@ class ChainBinding:
         self.address: str = settlement.address
         self.dev = dev
         self._lock = lock
+        self.identity = chain_identity_sync(chain)  # (chain id, genesis block hash): which chain we joined
+        self.stale: str | None = None  # why this binding no longer holds, once the chain watch saw it
+
+    def changed_sync(self) -> str | None:
+        """Why this binding no longer holds (a fresh chain, or no contract code at our
+        address: anvil restarted, a reset dev chain), or None while it does."""
+        identity = chain_identity_sync(self.chain)
+        if identity != self.identity:
+            return (f"the settlement chain changed under us (chain id {identity[0]}, genesis {identity[1][:18]}; "
+                    f"we joined chain id {self.identity[0]}, genesis {self.identity[1][:18]})")
+        if not _has_code(self.chain, self.address):
+            return f"the settlement contract {self.address} has no code on the chain any more"
+        return None
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Call a blocking chain function in a worker thread, one at a time per chain."""
@@ -175,6 +189,79 @@ class ChainBinding:
         """Release the RPC connection (the embedded chain lives as long as the process)."""
         if not hasattr(self.chain, "tester"):
             self.chain.close()
+
+
+# -- the chain watch ---------------------------------------------------------------
+
+CHAIN_WATCH = 2.0
+Forget = Callable[[ChainBinding, ChainBinding], Awaitable[None]]
+_watches: "weakref.WeakKeyDictionary[Any, list[Forget]]" = weakref.WeakKeyDictionary()
+
+
+def watch_chain(ctx: Any, forget: Forget) -> None:
+    """Watch ``ctx``'s chain (one watch per node, started by its first role) and, when it
+    changes (another genesis, no contract code: anvil restarted), say so in one line, join
+    the new chain as the node did at start (``RoleContext._connect_chain``: the canonical
+    deployment found or made, the node registered and staked as configured) and call each
+    role's ``forget(old, new)`` to drop the jobs the new chain does not know."""
+    forgets = _watches.get(ctx)
+    if forgets is None:
+        forgets = _watches[ctx] = []
+        ctx.start_soon(_watch, ctx, forgets, name="chain watch")
+    forgets.append(forget)
+
+
+async def _watch(ctx: Any, forgets: list[Forget]) -> None:
+    silent = False
+    while True:
+        await trio.sleep(CHAIN_WATCH)
+        old = ctx.chain
+        try:
+            reason = await old.run(old.changed_sync)
+        except (chain_failures() + (LocalError, OSError)) as error:
+            if not silent:  # one line for a chain that went away, not one per poll
+                log.warning("the settlement chain does not answer (%s); watching for its return", error)
+                silent = True
+            continue
+        if silent and reason is None:
+            log.info("the settlement chain answers again")
+        silent = False
+        if reason is None:
+            continue
+        old.stale = reason
+        log.warning("%s: joining it as at start, forgetting the jobs it does not know", reason)
+        await ctx._connect_chain()
+        for forget in forgets:
+            await forget(old, ctx.chain)
+        old.close()
+
+
+async def forget_lost_jobs(ctx: Any, role: str, states: tuple[str, ...], old: ChainBinding, new: ChainBinding) -> list[bytes]:
+    """Mark ``role``'s jobs in ``states`` that the new chain does not know as ``lost`` (the
+    row kept, its record naming the chain it was lost with); returns their ids."""
+    from contracts import JobStatus
+
+    lost = []
+    for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=role)):
+        if job.state not in states or (await new.run(new.settlement.job, job.job_id)).status != JobStatus.NONE:
+            continue
+        loaded = await ctx.load_job(job.job_id)
+        record = dict(loaded[1] if loaded else {}, lost_with_chain={"chain_id": old.identity[0], "genesis": old.identity[1],
+                                                                    "state": job.state})
+        await ctx.save_job(job.job_id, role, "lost", record)
+        lost.append(job.job_id)
+    if lost:
+        log.warning("%d %s job(s) lost with the old chain: %s", len(lost), role, ", ".join(j.hex()[:12] for j in lost))
+    return lost
+
+
+def chain_identity_sync(chain: Any) -> tuple[int, str]:
+    """(chain id, genesis block hash) of ``chain``: a restarted or reset chain has another genesis."""
+    if hasattr(chain, "tester"):
+        return 0, "embedded"  # one per process: it cannot restart under a node of the process
+    from contracts.chain import _int
+
+    return _int(chain.rpc("eth_chainId")), chain.rpc("eth_getBlockByNumber", "0x0", False)["hash"]
 
 
 def _funder(chain: Any) -> str:

@@ -36,7 +36,7 @@ from protocol import NEVER, Commitment, Envelope, JobOffer, RemoteProtocolError,
 from ..errors import BadMessage, BlobNotFound, PeerError
 from ..framing import pack
 from ..streams import RequestRefused
-from .chain import chain_failures, format_ether, parse_ether
+from .chain import chain_failures, forget_lost_jobs, format_ether, parse_ether, watch_chain
 from .context import PartySpec, RoleContext
 from .jobfiles import RUN_DIR, BundleError, job_dir
 from .job_protocols import (
@@ -58,6 +58,7 @@ WATCH_POLL = 5.0  # how often a training run asks the chain whether its job is s
 
 class JobGone(Exception):
     """The job can no longer pay for our work; the message says why."""
+
 
 class ProviderRole:
     def __init__(self, ctx: RoleContext) -> None:
@@ -82,6 +83,7 @@ class ProviderRole:
         ctx.job_ops["challenge"] = self.on_challenge
         ctx.party_sources.append(self.party_spec)
         await ctx.wait_chain()
+        watch_chain(ctx, self._forget)
         for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
             if job.state in ACTIVE_STATES:
                 self.working.add(job.job_id)
@@ -89,6 +91,12 @@ class ProviderRole:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._advertise)
             nursery.start_soon(self._collect)
+
+    async def _forget(self, old: Any, new: Any) -> None:
+        """The chain changed: our jobs it does not know are lost, their runs stopped."""
+        for job_id in await forget_lost_jobs(self.ctx, ROLE, ACTIVE_STATES, old, new):
+            self.working.discard(job_id)
+            self.runs.pop(job_id, None)
 
     # -- adverts -------------------------------------------------------------------------
 
@@ -281,7 +289,7 @@ class ProviderRole:
     async def _abandon(self, job_id: bytes, reason: str) -> None:
         ctx = self.ctx
         loaded = await ctx.load_job(job_id)
-        if loaded is not None:
+        if loaded is not None and loaded[0].state != "lost":  # lost with an old chain: that says it
             record = dict(loaded[1], abandoned=reason)
             await ctx.save_job(job_id, ROLE, "abandoned", record)
         self.working.discard(job_id)
@@ -437,6 +445,10 @@ class ProviderRole:
             if not self.working and not first_pass:
                 continue  # nothing to settle or be paid for: no chain reads (a busy chain serves many nodes)
             first_pass = False
+            chain = ctx.chain  # a new one after the chain changed
+            s = chain.settlement
+            if chain.stale:
+                continue  # the chain watch is joining the new chain
             for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
                 if job.state not in ("committed", "delivered"):
                     continue
@@ -462,6 +474,9 @@ async def withdraw_credit(ctx: RoleContext) -> int:
     """Withdraw this node's credit on the contract, if any; returns the amount."""
     chain = ctx.chain
     s = chain.settlement
+    if chain.stale:  # the chain changed: nothing to read here until the watch joined the new one
+        await trio.lowlevel.checkpoint()
+        return 0
     try:
         credit = await chain.run(s.credit_of, chain.account)
         if credit:

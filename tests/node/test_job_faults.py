@@ -16,11 +16,26 @@ from node.roles.runner import RunStopped
 from node.runtime import Node
 
 from .conftest import trio_test
+
+
+class Lines(logging.Handler):
+    """The messages of one logger, whatever the logging set-up of the tests run before."""
+
+    def __init__(self, name: str, monkeypatch) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "level", logger.level)  # put back after the test
+        logger.setLevel(logging.INFO)  # (setLevel also clears the loggers' cached levels)
+        monkeypatch.setattr(logger, "handlers", logger.handlers + [self])  # the old list back after the test
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
 from .test_roles_support import advance_embedded_chain, role, start_node, wait_for, write_job
 
 
 @trio_test(timeout=240)
-async def test_a_provider_restarted_after_its_job_was_refunded_does_not_work_on_it(tmp_path, monkeypatch, caplog):
+async def test_a_provider_restarted_after_its_job_was_refunded_does_not_work_on_it(tmp_path, monkeypatch):
     commits = []
     commit = Settlement.commit
 
@@ -56,7 +71,7 @@ async def test_a_provider_restarted_after_its_job_was_refunded_does_not_work_on_
         assert (await chain.run(chain.settlement.job, job_id)).status == JobStatus.REFUNDED
 
         # After: the restarted provider reads the job's status before working on it.
-        caplog.set_level(logging.INFO, logger="node.roles.provider")
+        lines = Lines("node.roles.provider", monkeypatch)
         restarted = Node(open_datadir(tmp_path / "provider"), load_seed(open_datadir(tmp_path / "provider")))
         await nursery.start(restarted.run)
         await role(restarted, "provider")
@@ -66,7 +81,8 @@ async def test_a_provider_restarted_after_its_job_was_refunded_does_not_work_on_
         assert unpack(row.spec)["abandoned"] == "the job is REFUNDED on chain"
         assert commits == []  # no transaction that must revert
         assert not list((tmp_path / "provider" / "jobs" / job_id.hex() / "run").glob("step-*"))  # no training
-        stopped = [r.getMessage() for r in caplog.records if "stopped working" in r.getMessage()]
+        await wait_for(lambda: any("stopped working" in m for m in lines.lines), timeout=10)  # logged after the row
+        stopped = [m for m in lines.lines if "stopped working" in m]
         assert stopped == [f"job {job_id.hex()[:12]}: stopped working on it: the job is REFUNDED on chain"]
         nursery.cancel_scope.cancel()
 
