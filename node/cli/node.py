@@ -65,6 +65,7 @@ def _check_addresses(values, where: str = "--") -> None:
     """The listen address and bootstrap peers are multiaddrs (a bootstrap peer's ending in
     /p2p/<peer id>): checked before anything is written or started. `where` prefixes a name."""
     from multiaddr import Multiaddr
+    from multiaddr.exceptions import Error as MultiaddrError
 
     from ..errors import ConfigError
 
@@ -74,7 +75,7 @@ def _check_addresses(values, where: str = "--") -> None:
                 continue
             try:
                 protocols = [p.name for p in Multiaddr(addr).protocols()]
-            except Exception as error:  # multiaddr raises several types for a bad address
+            except (MultiaddrError, ValueError) as error:  # a parse error (a ValueError too), an unknown protocol
                 raise ConfigError(f"{where}{name}: {addr!r} is not a multiaddr ({error})") from None
             if peer and protocols[-1:] != ["p2p"]:
                 raise ConfigError(f"{where}{name}: {addr!r} does not end in /p2p/<peer id>")
@@ -237,21 +238,23 @@ def _jobs_and_disputes(config) -> tuple[list, list]:
 
 
 def _record(job) -> dict:
+    from ..errors import BadMessage
     from ..framing import unpack
 
     try:
         record = unpack(job.spec)
-    except Exception:  # a row this version cannot read: shown by its state alone
+    except BadMessage:  # a row this version cannot read: shown by its state alone
         return {}
     return record if isinstance(record, dict) else {}
 
 
 def _dispute_kind(d) -> str:
+    from ..errors import BadMessage
     from ..framing import unpack
 
     try:
         state = unpack(d.state)
-    except Exception:
+    except BadMessage:
         return "?"
     if not isinstance(state, dict):
         return "?"
@@ -267,7 +270,7 @@ def _job_phase(job, disputes: list, now: float):
     running = sum(1 for d in disputes if d.job_id == job.job_id and d.status == "refereeing")
     try:
         return phase_of(job.state, _record(job), now, disputes_running=running)
-    except Exception:  # an old or partial record: the state alone
+    except (AttributeError, TypeError):  # an old or partial record (a field of another type): the state alone
         return None
 
 
@@ -312,7 +315,7 @@ def _jobs_text(jobs: list, disputes: list, now: float) -> str:
 def _chain_account(config, info: dict, timeout: float) -> dict:
     """The node's account on the settlement chain: stake, locked, credit, balance (wei) and
     the chain's time; ``error`` instead when the chain does not answer within ``timeout``."""
-    from ..roles.chain import DEV_DEPLOYER_KEY, EMBEDDED, account_key, canonical_address
+    from ..roles.chain import DEV_DEPLOYER_KEY, EMBEDDED, account_key, canonical_address, chain_failures
 
     url = info.get("chain") or config.chain
     out: dict = {"url": url}
@@ -338,10 +341,14 @@ def _chain_account(config, info: dict, timeout: float) -> dict:
                        balance=chain.balance(account), registered=node.status.name.lower(), time=chain.now())
         finally:
             chain.close()
-    except Exception as error:  # the chain is optional here: say why it is missing
+    except (*chain_failures(), NodeError) as error:  # the chain is optional here: say why it is missing
         from ..roles.context import short_reason
 
         out["error"] = short_reason(str(error))
+    except Exception as error:  # broad: a URL that is no working Ethereum node fails in any way; say how
+        from ..roles.context import short_reason
+
+        out["error"] = short_reason(f"{type(error).__name__}: {error}")
     return out
 
 

@@ -45,6 +45,7 @@ from pathlib import Path
 import trio
 
 from ..errors import NodeError
+from ..roles.chain import chain_failures
 from .common import EXIT_INTERRUPTED, format_duration, leaves
 
 PROGRESS_EVERY = 20.0  # seconds between two countdown lines when stdout is not a terminal
@@ -259,7 +260,7 @@ class Progress:
             with trio.move_on_after(5):
                 chain_now = await self.chain.run(self.chain.chain.now)
                 self.lead = max(0.0, chain_now - time.time())
-        except Exception:  # the countdown goes on with the last reading
+        except chain_failures():  # the countdown goes on with the last reading
             pass
 
     def clear(self) -> None:
