@@ -41,10 +41,11 @@ from typing import Any, Callable
 import blake3
 
 from protocol import (
-    CHALLENGER, DEFENDER, DisputeParty, DisputeRules, Envelope, EvidenceRequest, GameOver, Identity, IntervalRequest,
+    CHALLENGER, DEFENDER, DisputeParty, Envelope, EvidenceRequest, GameOver, Identity, IntervalRequest,
     Program, Received, Referee, RemoteProtocolError, RevealRequest, Send, SignedJobTerms, StateOutputs, StepRequest,
     Verdict, max_rounds,
 )
+from protocol.settings import DEFAULT_JOB_SETTINGS
 from repops_cupy.train import TrainingProgram
 
 from ..cheats import STRATEGIES, Cheat, CheatContext, Rewrite, Truth
@@ -52,7 +53,7 @@ from ..training_oracle import HASH, REPLAY, TRAIN, StageTimer, TrainingOracle, b
 
 PROVIDER, AUDITOR = "provider", "auditor"
 # dispute rules of the simulated job, and the simulated network: one-way latency and each party's time to answer
-RULES = DisputeRules(move_timeout_ms=60_000, clock_ms=600_000)
+RULES = DEFAULT_JOB_SETTINGS.rules  # a job's default move timeout and clock (protocol.settings)
 LATENCY_MS = 20
 THINK_MS = 100
 START_MS = 1_000

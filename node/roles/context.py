@@ -22,6 +22,7 @@ from typing import Any, Awaitable, Callable
 import trio
 from libp2p.peer.id import ID
 from multiaddr import Multiaddr
+from multiaddr.exceptions import Error as MultiaddrError
 
 from protocol import (
     CHALLENGER, DEFENDER, Identity, OpenDispute, RemoteProtocolError, RevealRequest, SignedJobTerms,
@@ -144,7 +145,7 @@ class RoleContext:
                 await fn(*args)
             except (PeerError, LocalError, RemoteProtocolError) as error:
                 log.warning("%s: %s", name or getattr(fn, "__name__", "task"), error)
-            except Exception:
+            except Exception:  # broad: a bug in one job's task is logged with its traceback, the node goes on
                 log.exception("%s failed", name or getattr(fn, "__name__", "task"))
 
         self._nursery.start_soon(guarded, name=name)
@@ -220,8 +221,8 @@ class RoleContext:
     async def publish(self, topic: str, obj: dict) -> None:
         try:
             await self.host.gossip.publish(topic, pack(obj))
-        except Exception as error:  # gossip is best effort: what must arrive also goes by stream
-            log.info("publishing on %s: %s", topic, error)
+        except Exception as error:  # broad: gossip is best effort, what must arrive also goes by stream
+            log.info("publishing on %s: %s: %s", topic, type(error).__name__, error)
 
     # -- peers -------------------------------------------------------------------------
 
@@ -229,7 +230,8 @@ class RoleContext:
         """Keep a peer's addresses, so a stream to it can dial it."""
         try:
             mas = [Multiaddr(a.split("/p2p/")[0]) for a in addrs]
-        except Exception:
+        except (MultiaddrError, ValueError) as error:  # a peer's address that does not parse
+            log.info("peer %s: an address that does not parse (%s): %s", peer, error, addrs)
             return
         if mas:
             self.host.libp2p.get_peerstore().add_addrs(peer, mas, ADDR_TTL)
