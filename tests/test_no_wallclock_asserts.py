@@ -34,9 +34,10 @@ CLOCKS = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "mo
 CLOCK_MODULES = {"time", "trio"}
 DURATION_WORDS = {"elapsed", "duration", "durations", "rtt", "took", "latency", "seconds", "secs", "ms"}
 RATE_WORDS = {"throughput", "rate", "per_s", "per_sec", "per_second", "qps", "ops_s"}
-# A setting or a simulated time, not a measurement: ``rules.move_timeout_ms``, ``r.simulated_ms``.
-NOT_MEASURED_WORDS = {"timeout", "deadline", "limit", "window", "within", "bound", "budget", "simulated", "fake",
-                      "mock"}
+# A setting or a simulated time, not a measurement: ``rules.move_timeout_ms``, ``r.simulated_ms``,
+# a dispute's ``clock_ms`` (a party's time budget) and ``ruling_period``.
+NOT_MEASURED_WORDS = {"timeout", "deadline", "limit", "window", "within", "bound", "budget", "period", "margin",
+                      "clock", "simulated", "fake", "mock"}
 # Calls whose value is no duration even when their argument is one: ``len(durations)``.
 NOT_A_VALUE = {"len", "isinstance", "type", "hasattr", "id", "sorted", "set", "list"}
 
