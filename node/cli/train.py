@@ -32,6 +32,7 @@ from repops_cupy.jobspec import JobSpecError, load_job
 from repops_cupy.models import count_params
 from repops_cupy.train import TRACE_FILE, Trace, TrainingError, TrainingProgram, replay, train
 
+from ..threads import kernel_threads, limit_kernel_threads
 from . import roundlog
 from .common import EXIT_INTERRUPTED, describe_os_error
 
@@ -85,13 +86,27 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="number of steps (overrides job.steps)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    _add_roundlog_options(p)
+    _add_thread_options(p)
     return p
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _add_thread_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=_positive_int,
+                   help="threads for the compiled kernels (numba, torch): default every core but one, so that "
+                        "a busy machine does not stall them (any number gives the same bits); for rounding-log "
+                        "jobs, torch's threads (default: torch's own)")
+    _add_roundlog_options(p)
 
 
 def _add_roundlog_options(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("rounding-log jobs (model.kind = \"torch-roundlog\")")
-    group.add_argument("--threads", type=int, help="torch threads")
     group.add_argument("--matmul-backend", choices=("torch", "numpy"), default="torch",
                        help="float64 matrix products by torch (MKL) or NumPy (OpenBLAS)")
     group.add_argument("--micro-batch", type=int, help="split each batch into micro-batches of this size")
@@ -138,7 +153,8 @@ def train_main(argv: list[str]) -> int:
             progress.stop()
 
     try:
-        trace = train(spec, out, resume=args.resume, device=args.device, on_step=on_step, program=program)
+        with limit_kernel_threads(args.threads or kernel_threads()):
+            trace = train(spec, out, resume=args.resume, device=args.device, on_step=on_step, program=program)
         progress.update(task, completed=spec.steps)
     except KeyboardInterrupt:
         stop()
@@ -180,7 +196,7 @@ def _replay_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="run_dir", required=True, help="directory written by gavel train")
     p.add_argument("--checkpoint", type=int, required=True, help="index C of the starting checkpoint")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    _add_roundlog_options(p)
+    _add_thread_options(p)
     return p
 
 
@@ -203,7 +219,8 @@ def replay_main(argv: list[str]) -> int:
         if not 0 <= args.checkpoint <= last:
             return _fail("gavel replay", f"--checkpoint must lie in [0, {last}] for this trace, got {args.checkpoint}",
                          EXIT_USAGE)
-        result = replay(spec, run_dir, args.checkpoint, device=args.device)
+        with limit_kernel_threads(args.threads or kernel_threads()):
+            result = replay(spec, run_dir, args.checkpoint, device=args.device)
     except (TrainingError, CheckpointError) as exc:
         return _fail("gavel replay", exc, EXIT_MISMATCH)
     except OSError as exc:

@@ -30,12 +30,10 @@ worker thread only; the bits do not depend on the thread count.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +41,7 @@ from repops_cupy.checkpoint import CheckpointError, load_checkpoint, save_checkp
 from repops_cupy.train import TRACE_FILE, Trace, TrainingError, checkpoint_file, train
 
 from ..errors import LocalError
+from ..threads import kernel_threads, limit_kernel_threads
 from ..training_oracle import CheatContext, StageTimer, TrainingOracle, schedule_of
 
 log = logging.getLogger(__name__)
@@ -192,48 +191,6 @@ class JobRun:
     def rewrite(self) -> Any:
         """The cheat's rewrite of its dispute moves, if its strategy has one."""
         return self._cheat_rewrite
-
-
-def kernel_threads() -> int:
-    """Threads for a run's compiled kernels: every core this process may use but one, which
-    its event loop and network keep (at least one)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores - 1)
-
-
-@contextmanager
-def limit_kernel_threads(n: int) -> Iterator[None]:
-    """Run this thread's numba and torch kernels on at most `n` threads; restored on exit.
-
-    numba's setting belongs to the calling thread; torch's is also its default for threads
-    that start using it meanwhile. A lower limit already in force (NUMBA_NUM_THREADS,
-    OMP_NUM_THREADS, as a testnet sets them) is kept.
-    """
-    restore = []
-    try:
-        import numba
-    except ImportError:  # the kernels then run as array code, on no threads of their own
-        numba = None
-    if numba is not None:
-        before = numba.get_num_threads()
-        numba.set_num_threads(min(n, before))
-        restore.append(lambda: numba.set_num_threads(before))
-    try:
-        import torch
-    except ImportError:  # the int8 engine is unavailable without torch
-        torch = None
-    if torch is not None:
-        torch_before = torch.get_num_threads()
-        torch.set_num_threads(min(n, torch_before))
-        restore.append(lambda: torch.set_num_threads(torch_before))
-    try:
-        yield
-    finally:
-        for undo in restore:
-            undo()
 
 
 def resolve_device(setting: str) -> str:

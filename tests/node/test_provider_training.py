@@ -14,9 +14,10 @@ import numba
 import pytest
 import torch
 
-from node.roles import runner
 from node.roles.jobfiles import load_training
-from node.roles.runner import JobRun, kernel_threads, limit_kernel_threads
+from node.roles.runner import JobRun
+from node import threads
+from node.threads import kernel_threads, limit_kernel_threads
 from repops_cupy.train import train
 
 from .test_roles_support import write_job
@@ -41,11 +42,11 @@ def _in_a_thread(fn):
 
 
 def test_kernel_threads_leave_one_core_to_the_event_loop(monkeypatch):
-    monkeypatch.setattr(runner.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     assert kernel_threads() == 3
-    monkeypatch.setattr(runner.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1})
     assert kernel_threads() == 1
-    monkeypatch.setattr(runner.os, "sched_getaffinity", lambda pid: {5})
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {5})
     assert kernel_threads() == 1
 
 

@@ -1,6 +1,8 @@
 """`gavel train` and `gavel replay` through the CLI table (in process)."""
 import json
 
+import pytest
+
 from node.cli import main
 
 from .conftest import tiny_mlp_raw, to_toml
@@ -38,3 +40,27 @@ def test_invalid_job_names_the_field(tmp_path, capsys):
     job.write_text(to_toml(raw))
     assert main(["train", str(job), "--out", str(tmp_path / "run")]) == 2
     assert "optimizer.lr: must be a positive number" in capsys.readouterr().err
+
+
+def test_train_runs_its_kernels_on_the_threads_asked_for(tmp_path, capsys, monkeypatch):
+    import numba
+    import torch
+
+    from node.cli import train as train_cli
+
+    seen = []
+    real_train = train_cli.train
+
+    def spy(*args, **kwargs):
+        seen.append((numba.get_num_threads(), torch.get_num_threads()))
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(train_cli, "train", spy)
+    job = tmp_path / "mlp.toml"
+    job.write_text(to_toml(tiny_mlp_raw(steps=2, interval=2)))
+    before = (numba.get_num_threads(), torch.get_num_threads())
+    assert main(["train", str(job), "--out", str(tmp_path / "run"), "--threads", "1"]) == 0
+    assert seen == [(1, 1)] and (numba.get_num_threads(), torch.get_num_threads()) == before
+    with pytest.raises(SystemExit) as exc:
+        main(["train", str(job), "--out", str(tmp_path / "run2"), "--threads", "0"])
+    assert exc.value.code == 2 and "--threads: must be at least 1, got 0" in capsys.readouterr().err
