@@ -33,7 +33,7 @@ from protocol.sampling import sample_size
 
 from ..errors import LocalError, PeerError, is_transient
 from ..framing import pack, unpack
-from .chain import forget_lost_jobs, watch_chain
+from .chain import chain_failures, forget_lost_jobs, watch_chain
 from .context import PartySpec, RoleContext
 from .jobfiles import BundleError, job_dir
 from .job_protocols import JOB_LIMITS, JOB_PROTOCOL, TOPIC_COMMITMENTS, TOPIC_JOBS, CommitmentNotice, JobAnnouncement, TraceReport, trace_request
@@ -217,7 +217,7 @@ class AuditorRole:
 
         try:
             opened = await chain.run(chain.settlement.open_dispute, job_id, report.account)
-        except Exception as error:
+        except chain_failures() as error:
             await self._mark(job_id, key, "mismatch", f"first differing checkpoint {first}; not challenged: "
                                                      f"{_chain_error(error)}")
             log.info("job %s: not challenging %s: %s", job_id.hex()[:12], key[:8], _chain_error(error))
