@@ -16,7 +16,7 @@ and may dispute a root). The job settles, paying the honest providers, only afte
 challenge window closed, however early the work was done: the windows' sum is how long
 ``--wait`` takes. By default the accept window is 30 s and the other two follow the job:
 its steps times a per-step cost estimated from its operator graph, plus a margin, at
-least 60 s each (`node.roles.client.default_windows`); ``--accept-within``,
+least 60 s each (`node.roles.client_job.default_windows`); ``--accept-within``,
 ``--commit-within`` and ``--challenge-within`` set them.
 
 ``--wait`` (``--wait settled``) stays until settlement: it receives the results, checks
@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 
 import trio
+
+from protocol.settings import JOB_SETTINGS
 
 from ..errors import NodeError
 from ..roles.chain import chain_failures
@@ -80,15 +82,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--providers", type=int, default=1, help="providers to train the job (default 1)")
     p.add_argument("--price", default="1", help="ether escrowed for the job, shared by its honest providers (default 1)")
     p.add_argument("--stake", default="1", help="ether each provider locks while it holds a seat (default 1)")
-    p.add_argument("--accept-within", type=float, metavar="SECONDS",
-                   help="seconds from submission for providers to take the job (default 30)")
-    p.add_argument("--commit-within", type=float, metavar="SECONDS",
-                   help="seconds after that to train and commit a result (default: from the job's size, at least 60)")
-    p.add_argument("--challenge-within", type=float, metavar="SECONDS",
-                   help="seconds after that for auditors to replay and challenge; the job settles when it closes "
-                        "(default: from the job's size, at least 60)")
-    p.add_argument("--move-timeout", type=float, default=60, help="seconds a dispute party has for one move (default 60)")
-    p.add_argument("--clock", type=float, default=600, help="seconds a dispute party has for all its moves (default 600)")
+    for row in JOB_SETTINGS:  # the job's windows and dispute clocks, from the one table
+        if row.who == "client":
+            default = "" if row.default is None else f" (default {row.default:g})"
+            p.add_argument(row.flag, type=float, metavar="SECONDS", help=f"seconds {row.meaning}{default}")
     p.add_argument("--out", type=Path, help="result directory (default DATA_DIR/results/JOB_ID)")
     p.add_argument("--wait", nargs="?", const="settled", choices=("verified", "settled"),
                    help="stay until the job is settled (the default) or only until its result is verified, "

@@ -22,10 +22,17 @@ from pathlib import Path
 
 import blake3
 
+from protocol.settings import DEFAULT_JOB_SETTINGS, JobSettings
+
 from ..config import _toml_value  # the TOML writer of node settings serves job files too
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_JOB = REPO_ROOT / "scripts" / "jobs" / "mlp.toml"
+# The table's settings, shortened where a testnet needs it: its jobs are a few steps long and
+# many run at once on one machine, so fixed windows and a short dispute clock keep a run to
+# minutes (the table's defaults are sized for real jobs on a busy CPU).
+TESTNET_JOB_SETTINGS = JobSettings(accept_within=30.0, commit_within=60.0, challenge_within=30.0,
+                                   move_timeout=20.0, clock=60.0, audit_rate=DEFAULT_JOB_SETTINGS.audit_rate)
 PROVIDER, AUDITOR, CLIENT = "provider", "auditor", "client"
 
 
@@ -37,7 +44,7 @@ class TestnetOptions:
     auditors: int = 1
     clients: int = 2
     jobs: int = 8
-    audit_rate: float = 1.0   # fraction of a job's checkpoint intervals each auditor replays
+    audit_rate: float = TESTNET_JOB_SETTINGS.audit_rate  # fraction of a job's checkpoint intervals each auditor replays
     cheat_rate: float = 1.0   # fraction of its jobs a cheater cheats on
     replicas: int = 1         # providers per job
     seed: int = 0
@@ -47,12 +54,12 @@ class TestnetOptions:
     strategies: tuple[str, ...] = ()  # empty: every strategy of node.cheats but honest
     capacity: int = 2                 # jobs a provider trains at once
     stake: str = "100"                # ether each provider and auditor stakes
-    # a job's windows, in seconds: the client settles only after the challenge window
-    accept_within: float = 30.0
-    commit_within: float = 60.0
-    challenge_within: float = 30.0
-    move_timeout: float = 20.0        # a dispute move; clock: a party's whole budget in one dispute
-    clock: float = 60.0
+    # a job's windows and dispute clocks, in seconds (protocol.settings says what each means)
+    accept_within: float = TESTNET_JOB_SETTINGS.accept_within
+    commit_within: float = TESTNET_JOB_SETTINGS.commit_within
+    challenge_within: float = TESTNET_JOB_SETTINGS.challenge_within
+    move_timeout: float = TESTNET_JOB_SETTINGS.move_timeout
+    clock: float = TESTNET_JOB_SETTINGS.clock
     max_running: int = 0              # jobs under way at once (0: no limit); the next waits for a slot
 
     def __post_init__(self) -> None:
