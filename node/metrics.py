@@ -21,15 +21,6 @@ MAX_REQUEST = 8192
 REQUEST_TIMEOUT = 2.0
 
 
-class StateGauge(Gauge):
-    """A gauge of rows by state, moved only by the storage's writes (`NodeMetrics.follow`).
-    ``set`` is ignored: a count read from the database before a write and set after it
-    would undo that write's move (the gauges of settled jobs stayed up that way)."""
-
-    def set(self, value: float) -> None:
-        pass
-
-
 class NodeMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -44,8 +35,8 @@ class NodeMetrics:
         )
         self.peer_errors = Counter("gavel_peer_errors", "Streams dropped for peer misbehaviour", ["kind"], registry=r)
         self.blob_bytes_fetched = Counter("gavel_blob_bytes_fetched", "Verified blob bytes fetched from peers", registry=r)
-        self.jobs = StateGauge("gavel_jobs", "Jobs known to this node", ["state"], registry=r)
-        self.disputes = StateGauge("gavel_disputes", "Disputes known to this node", ["state"], registry=r)
+        self.jobs = Gauge("gavel_jobs", "Jobs known to this node", ["state"], registry=r)
+        self.disputes = Gauge("gavel_disputes", "Disputes known to this node", ["state"], registry=r)
 
     def follow(self, storage: Any) -> None:
         """Make the job and dispute gauges follow ``storage``'s state moves (``Storage.watch_states``):

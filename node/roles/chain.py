@@ -201,7 +201,7 @@ _watches: "weakref.WeakKeyDictionary[Any, list[Forget]]" = weakref.WeakKeyDictio
 def watch_chain(ctx: Any, forget: Forget) -> None:
     """Watch ``ctx``'s chain (one watch per node, started by its first role) and, when it
     changes (another genesis, no contract code: anvil restarted), say so in one line, join
-    the new chain as the node did at start (``RoleContext._connect_chain``: the canonical
+    the new chain as the node did at start (``RoleContext.connect_chain``: the canonical
     deployment found or made, the node registered and staked as configured) and call each
     role's ``forget(old, new)`` to drop the jobs the new chain does not know."""
     forgets = _watches.get(ctx)
@@ -230,7 +230,7 @@ async def _watch(ctx: Any, forgets: list[Forget]) -> None:
             continue
         old.stale = reason
         log.warning("%s: joining it as at start, forgetting the jobs it does not know", reason)
-        await ctx._connect_chain()
+        await ctx.connect_chain()
         for forget in forgets:
             await forget(old, ctx.chain)
         old.close()

@@ -133,7 +133,7 @@ class RoleContext:
             for topic, valid in GOSSIP_VALIDATORS.items():
                 self.host.gossip.set_validator(topic, valid)
                 await self.on_gossip(topic, _ignore)
-            await self._connect_chain()
+            await self.connect_chain()
             await trio.sleep_forever()
 
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None) -> None:
@@ -150,7 +150,7 @@ class RoleContext:
 
         self._nursery.start_soon(guarded, name=name)
 
-    async def _connect_chain(self) -> None:
+    async def connect_chain(self) -> None:
         from contracts import Role
 
         roles = Role(0)
@@ -275,13 +275,6 @@ class RoleContext:
 
     async def save_job(self, job_id: bytes, role: str, state: str, record: dict) -> None:
         await self.storage.run(self.storage.put_job, Job(job_id, encode_record(record), role, state))
-        await self.refresh_gauges()
-
-    async def refresh_gauges(self) -> None:
-        for state, n in (await self.storage.run(self.storage.count_jobs_by_state)).items():
-            self.metrics.jobs.labels(state).set(n)
-        for status, n in (await self.storage.run(self.storage.count_disputes_by_status)).items():
-            self.metrics.disputes.labels(status).set(n)
 
     async def prepare_job(self, job_id: bytes, terms: SignedJobTerms, bundle_id: bytes, peers: list[ID]) -> tuple[Any, Any]:
         """The job's training program and committed step program, from its bundle (fetched
@@ -349,7 +342,6 @@ class RoleContext:
             except RemoteProtocolError as error:
                 raise RequestRefused(f"move refused: {error}") from None
             await self.storage.run(self.storage.put_dispute, session.row())
-        await self.refresh_gauges()
         if session.verdict is not None:
             log.info("dispute %s of job %s: verdict received, this node %s", dispute_id.hex()[:12],
                      envelope.job_id.hex()[:12], session.status)
@@ -408,7 +400,6 @@ class RoleContext:
         envelope = await trio.to_thread.run_sync(session.open_sync, defender_root, session.clock.now())
         self.parties[(job_id, session.dispute_id)] = session
         await self.storage.run(self.storage.put_dispute, session.row())
-        await self.refresh_gauges()
         referee = self.peer_of(spec.terms.terms.client)
         await self.reach(referee, client_addrs)
         timeout = max(self.config.request_timeout, 30.0)

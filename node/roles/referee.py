@@ -156,7 +156,6 @@ class RefereeDuty:
 
     async def _save_session(self, session: RefereeSession) -> None:
         await self.ctx.storage.run(self.ctx.storage.put_dispute, session.row())
-        await self.ctx.refresh_gauges()
 
     async def _record(self, session: RefereeSession) -> None:
         """Record the verdict on chain (slashing the loser), hand it to the job's owner, announce it."""
