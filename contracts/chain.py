@@ -174,7 +174,12 @@ class EmbeddedChain(Chain):
         if to is not None:
             tx["to"] = to
         self._keep_time()
-        tx_hash = self.tester.send_transaction(tx)
+        from eth_tester.exceptions import ValidationError
+
+        try:
+            tx_hash = self.tester.send_transaction(tx)
+        except ValidationError as refused:  # e.g. a sender that cannot pay the gas: a real node refuses it too
+            raise ChainError(f"transaction refused: {refused}") from refused
         raw = self.tester.get_transaction_receipt(tx_hash)
         receipt = Receipt(
             tx_hash=_hex_bytes(tx_hash),
@@ -323,6 +328,8 @@ class RpcChain(Chain):
             raise ChainError(f"{method} to {self.url} failed: {failure}") from failure
         if "error" in reply:
             raise ChainError(f"{method}: {reply['error'].get('message')} ({reply['error'].get('code')})")
+        if not isinstance(reply, dict) or "result" not in reply:  # no JSON-RPC node answers like this
+            raise ChainError(f"{method} to {self.url}: a reply with neither result nor error")
         return reply["result"]
 
     @property

@@ -69,14 +69,12 @@ def format_ether(wei: int) -> str:
 
 def chain_failures() -> tuple[type[Exception], ...]:
     """What a settlement call raises when the chain refuses it or fails: ``contracts``'
-    ``SettlementError`` (a revert, an RPC failure) and the embedded EVM's own refusal of a
-    transaction it cannot run (eth-tester's ``ValidationError``: an account that cannot pay
-    the gas). Imported on use, like contracts everywhere in node (``except chain_failures()``
+    ``SettlementError`` (a revert, an RPC failure, a transaction the chain will not take).
+    Imported on use, like contracts everywhere in node (``except chain_failures()``
     evaluates it only when an error is raised)."""
     from contracts import SettlementError
-    from eth_tester.exceptions import ValidationError
 
-    return SettlementError, ValidationError
+    return (SettlementError,)
 
 
 def account_key(seed: bytes) -> bytes:

@@ -163,3 +163,40 @@ def test_anvil_state_file_keeps_the_chain_across_a_restart(tmp_path):
         again = Settlement(RpcChain(second.url), address)
         node = again.node(again.chain.accounts[1])
         assert (node.ed25519_key, node.stake, node.roles) == (b"\x44" * 32, 2 * ETHER, Role.AUDITOR)
+
+
+def test_a_transaction_the_embedded_chain_refuses_is_a_chain_error():
+    from contracts import ChainError
+
+    chain = EmbeddedChain()
+    pauper = "0x000000000000000000000000000000000000dEaD"  # holds no ether: it cannot pay the gas
+    with pytest.raises(ChainError, match="transaction refused"):
+        chain.transact(pauper, chain.accounts[0], b"", value=ETHER, gas=21_000)
+
+
+def test_a_reply_with_neither_result_nor_error_is_a_chain_error():
+    import http.server
+    import threading
+
+    from contracts import ChainError
+
+    class NoResult(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # a JSON-RPC reply without "result"
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b'{"jsonrpc": "2.0", "id": 1}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NoResult)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ChainError, match="neither result nor error"):
+            RpcChain(f"http://127.0.0.1:{server.server_address[1]}", timeout=10).rpc("eth_chainId")
+    finally:
+        server.shutdown()
+        server.server_close()
