@@ -17,10 +17,24 @@ from .transcendentals import LANES, all_lanes, erfc_scalar, exp_scalar, gather, 
 
 
 @scalar
+def _tanh_inner(x, square):
+    # tanh(sqrt(2/pi) * (x + k * x^3)), x^3 as (x * x) * x, square = x * x
+    return tanh_scalar((x + (square * x) * C.GELU_TANH_K) * C.SQRT_2_OVER_PI)
+
+
+@scalar
+def _slope_limits(x, slope):
+    # gelu'(inf) = 1, gelu'(-inf) = 0
+    if x == math.inf:
+        slope = 1.0
+    if x == -math.inf:
+        slope = 0.0
+    return slope
+
+
+@scalar
 def gelu_tanh_scalar(x):
-    cube = (x * x) * x
-    inner = x + cube * C.GELU_TANH_K
-    y = (x * 0.5) * (tanh_scalar(inner * C.SQRT_2_OVER_PI) + 1.0)
+    y = (x * 0.5) * (_tanh_inner(x, x * x) + 1.0)
     if x == -math.inf:
         y = -0.0
     return y
@@ -37,29 +51,18 @@ def gelu_erf_scalar(x, full):
 @scalar
 def gelu_tanh_slope(x):
     square = x * x
-    inner = x + (square * x) * C.GELU_TANH_K
-    t = tanh_scalar(inner * C.SQRT_2_OVER_PI)
+    t = _tanh_inner(x, square)
     left = (t + 1.0) * 0.5
     sech2 = 1.0 - t * t
     inner_slope = (square * C.GELU_TANH_3K + 1.0) * C.SQRT_2_OVER_PI
-    slope = left + (x * 0.5) * (sech2 * inner_slope)
-    if x == math.inf:
-        slope = 1.0
-    if x == -math.inf:
-        slope = 0.0
-    return slope
+    return _slope_limits(x, left + (x * 0.5) * (sech2 * inner_slope))
 
 
 @scalar
 def gelu_erf_slope(x, full):
     cdf = erfc_scalar(x * -C.INV_SQRT2, full) * 0.5
     pdf = exp_scalar((x * x) * -0.5) * C.INV_SQRT_2PI
-    slope = cdf + x * pdf
-    if x == math.inf:
-        slope = 1.0
-    if x == -math.inf:
-        slope = 0.0
-    return slope
+    return _slope_limits(x, cdf + x * pdf)
 
 
 @function
