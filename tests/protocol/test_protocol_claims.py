@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 from eth_utils import keccak
 
-from protocol import CHALLENGER, DEFENDER, REFEREE, ChainSettings, EconomicTerms, allowances
+from protocol import CHALLENGER, DEFENDER, REFEREE
+from protocol.economics import ChainSettings, EconomicTerms, allowances
 from protocol.claims import (
     ANSWERING, APPEALABLE, APPEALED, CLAIM_TRANSITIONS, DRAWING, FAILED, FINAL, LOST_GAME, MAX_DRAWS, MAX_JOINERS,
     NODE, PICKING, RULING, SILENT_DEFENDER, STEP, UPHELD, VOID, WAITING, Appeal, ClaimGame, DrawReferee, Endorse,

@@ -7,14 +7,12 @@ from math import comb
 
 import pytest
 
-from protocol import (
-    ESTIMATED_GAS, ChainSettings, EconomicTerms, allowances, bonds, catch_probability, check_open,
-    client_samples, job_deadlines, job_min_stake, min_stake,
-)
+from protocol import catch_probability
 from protocol.economics import (
-    MAX_DRAWS, accepts_step_cost, ceil_div, challenge_by, commit_by, final_by, finder_reward, finder_shares,
-    interval_value, later_step_pick_deadline, referee_bond, reveal_by, stake_covers_reimbursements,
-    step_pick_deadline, transfer_allowance,
+    ESTIMATED_GAS, MAX_DRAWS, ChainSettings, EconomicTerms, accepts_step_cost, allowances, bonds, ceil_div,
+    challenge_by, check_open, client_samples, commit_by, final_by, finder_reward, finder_shares, interval_value,
+    job_deadlines, job_min_stake, later_step_pick_deadline, min_stake, referee_bond, reveal_by,
+    stake_covers_reimbursements, step_pick_deadline, transfer_allowance,
 )
 from protocol.errors import LocalProtocolError
 

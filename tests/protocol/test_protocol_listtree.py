@@ -6,7 +6,7 @@ import hashlib
 import pytest
 from eth_utils import keccak as other_keccak  # a second keccak binding: the layout, not the module, is checked
 
-from protocol import ListProof, ListTree, list_root
+from protocol.listtree import ListProof, ListTree, list_root
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 from protocol.listtree import MAX_LIST, list_leaf, list_node, root_of_split
 

@@ -5,7 +5,7 @@ import pytest
 from eth_account import Account
 from eth_utils import keccak
 
-from protocol import (
+from protocol.statements import (
     NODES, STEPS, TRACE, SeatStatement, SignedStatement, StatementDomain, VerdictStatement, contradicts,
     find_equivocation, recover_signer, sign_statement,
 )
