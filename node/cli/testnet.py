@@ -11,7 +11,8 @@ on two cores. The report goes to ``DIR/report.json`` and ``DIR/report.html``.
 and compares the observed catch rate with `protocol.sampling`'s prediction.
 
 Exit status: 0 when the run's summary is ok (no honest node slashed, every audited cheat
-slashed, every client served or refunded, or missed by sampling only); 1 when it is not;
+slashed, every unaudited cheat missed by the sampling draw alone, every client served or
+refunded, or missed by sampling only); 1 when it is not;
 2 on a usage error (an --out that is a file, or a folder holding something other than an
 earlier testnet's output, among them); 3 when the network could not be started.
 """
@@ -144,6 +145,9 @@ def print_summary(report: dict, out: Path) -> None:
           f"({s['cheats_audited']} audited, {s['cheats_caught']} caught), {s['honest_slashed']} honest node(s) "
           f"slashed, clients: {s['clients_served']} served ({s['clients_refunded']} refunded), "
           f"{s['clients_missed']} missed by sampling, {s['clients_unserved']} unserved")
+    unaudited = ", ".join(f"{n} {kind}" for kind, n in s.get("unaudited_reasons", {}).items())
+    if unaudited:
+        print(f"  unaudited cheats: {unaudited}")
     for failure in s.get("failures", []):
         print(f"  - {failure}")
     catch = report.get("catch") or {}

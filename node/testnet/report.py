@@ -9,12 +9,15 @@ what the nodes claim:
 - it was *caught* when its provider was slashed in that job;
 - a slash hit an *honest* node when the loser committed the honest root, or challenged
   a root that really was wrong, or (a seat never committed) did not cheat on purpose;
+- a cheat that was not audited has a *reason*: ``sampled out`` when every audit of it
+  finished and no sample held a corrupted interval (the risk the audit rate buys down,
+  `protocol.sampling`); otherwise the network failed to look (no audit at all, an audit
+  that failed, or one still unfinished when the run ended), which is a failure of the run;
 - a client was *served* when it holds the honest result or got its price back. A client
-  that holds a cheat's result which no audit sampled was *missed*: that is the risk the
-  audit rate buys down (`protocol.sampling`), counted apart, not a failure of the protocol.
+  that holds a cheat's result which no audit sampled was *missed*.
 
 ``summary.ok`` holds when no honest node was slashed, every audited cheat was caught,
-and every client was served or missed.
+every unaudited cheat was sampled out, and every client was served or missed.
 """
 from __future__ import annotations
 
@@ -34,6 +37,10 @@ REPORT_FORMAT = "gavel-testnet-report/1"
 # what an auditor's final states mean for the report
 AUDIT_FOUND = ("mismatch", "challenged")   # it saw the provider's run depart from the job
 AUDIT_DONE = ("ok",) + AUDIT_FOUND
+# why a cheat went unaudited; only the first is the risk the audit rate accounts for
+SAMPLED_OUT, NO_AUDITOR, AUDIT_FAILED, AUDIT_UNFINISHED = (
+    "sampled out", "no auditor audited it", "audit failed", "audit unfinished when the run ended")
+UNAUDITED_KINDS = (SAMPLED_OUT, NO_AUDITOR, AUDIT_FAILED, AUDIT_UNFINISHED)
 
 
 @dataclass
@@ -116,6 +123,27 @@ class CommitVerdict:
         return self.disputed or any(
             a.state in AUDIT_FOUND or (a.state in AUDIT_DONE and a.sample is not None and corrupted & set(a.sample))
             for a in self.audits)
+
+    @property
+    def unaudited_kind(self) -> str:
+        """Why nobody looked at this cheat where it was wrong, as one of `UNAUDITED_KINDS` ("" when looked at)."""
+        if self.honest or self.audited:
+            return ""
+        if not self.audits:
+            return NO_AUDITOR
+        states = {a.state for a in self.audits}
+        if states <= set(AUDIT_DONE):
+            return SAMPLED_OUT
+        return AUDIT_FAILED if "failed" in states else AUDIT_UNFINISHED
+
+    @property
+    def unaudited_reason(self) -> str:
+        """`unaudited_kind` with the audit that did not finish, for the report's reader."""
+        kind = self.unaudited_kind
+        if kind not in (AUDIT_FAILED, AUDIT_UNFINISHED):
+            return kind
+        a = next(a for a in self.audits if a.state == "failed" or (kind == AUDIT_UNFINISHED and a.state not in AUDIT_DONE))
+        return f"{kind}: {a.auditor} ({a.state}{', ' + a.detail if a.detail else ''})"
 
     @property
     def sampled_sizes(self) -> list[int]:
@@ -225,7 +253,7 @@ def judge_clients(observed: Observed, commits: list[CommitVerdict]) -> list[Clie
         else:
             cheat = cheat_roots.get((sub.job_id, result_root))
             if cheat is not None and not cheat.audited:
-                outcome = ClientOutcome(sub.index, sub.job_id, "missed cheat", "no audit sampled a corrupted interval")
+                outcome = ClientOutcome(sub.index, sub.job_id, "missed cheat", cheat.unaudited_reason)
             else:
                 outcome = ClientOutcome(sub.index, sub.job_id, "unserved", "the client holds a result that is not the job's")
         out.append(outcome)
@@ -242,6 +270,8 @@ def summarize(observed: Observed) -> dict[str, Any]:
     clients = judge_clients(observed, commits)
     audited = [c for c in cheats if c.audited]
     missed_audit = [c for c in audited if not c.caught]
+    unlooked = [c for c in cheats if c.unaudited_kind not in ("", SAMPLED_OUT)]
+    kinds = [c.unaudited_kind for c in cheats]
     unserved = [c for c in clients if c.outcome == "unserved"]
     # a job no provider took: providers with free capacity exist in every plan, so the network failed it
     jobs = observed.ledger.jobs
@@ -255,19 +285,22 @@ def summarize(observed: Observed) -> dict[str, Any]:
         "cheats_audited": len(audited),
         "cheats_caught": sum(c.caught for c in cheats),
         "cheats_unaudited": len(cheats) - len(audited),
+        "cheats_sampled_out": len(cheats) - len(audited) - len(unlooked),
+        "unaudited_reasons": {kind: kinds.count(kind) for kind in UNAUDITED_KINDS if kinds.count(kind)},
         "disputes": len(observed.ledger.disputes),
         "slashes": len(observed.ledger.slashes),
         "honest_slashed": len(honest_slashes),
         "clients_served": sum(c.outcome in ("honest result", "refund") for c in clients),
         "clients_refunded": sum(c.outcome == "refund" for c in clients),
-        "clients_missed": sum(c.outcome == "missed cheat" for c in clients),
+        "clients_missed": sum(c.outcome == "missed cheat" and c.reason == SAMPLED_OUT for c in clients),
         "clients_unserved": len(unserved),
         "jobs_unfilled": len(unfilled),
     }
-    summary["ok"] = not honest_slashes and not missed_audit and not unserved and not unfilled
+    summary["ok"] = not honest_slashes and not missed_audit and not unlooked and not unserved and not unfilled
     summary["failures"] = (
         [f"honest node {s.loser} slashed in job {s.job_id.hex()[:12]}" for s in honest_slashes]
         + [f"audited cheat of {c.provider} in job {c.job_id.hex()[:12]} not slashed" for c in missed_audit]
+        + [f"cheat of {c.provider} in job {c.job_id.hex()[:12]} unaudited: {c.unaudited_reason}" for c in unlooked]
         + [f"client of job {c.index} unserved: {c.reason}" for c in unserved]
         + [f"job {sub.index} found no provider before its acceptance deadline" for sub in unfilled])
     return summary
@@ -314,6 +347,7 @@ def build_report(observed: Observed, *, config: dict[str, Any], timings: dict[st
                     "provider": name(c.provider), "account": c.provider, "trace_root": c.root.hex(),
                     "committed_at": job.commits[c.provider][1], "honest": c.honest,
                     "corrupted_intervals": list(c.corrupted), "audited": c.audited if not c.honest else None,
+                    "unaudited_reason": c.unaudited_reason or None,
                     "disputed": c.disputed, "slashed": c.caught, "predicted_catch": c.predicted_catch,
                     "audits": [{"auditor": a.auditor, "state": a.state, "sample": list(a.sample) if a.sample is not None
                                 else None, "detail": a.detail} for a in c.audits],

@@ -99,11 +99,45 @@ def test_a_cheat_no_sample_reached_is_a_missed_client_not_a_failure():
     obs = observed(chain, {jid: "b"}, {jid: "b cheat"}, replays={(jid, CHEAT): replay((5,))}, audits=[audit])
     s = summarize(obs)
     assert (s["cheats"], s["cheats_audited"], s["cheats_unaudited"], s["clients_missed"]) == (1, 0, 1, 1)
+    assert s["unaudited_reasons"] == {"sampled out": 1} and s["cheats_sampled_out"] == 1
     assert s["ok"] is True
     report = build_report(obs, config={}, timings={})
     (commit,) = report["jobs"][0]["commitments"]
     assert commit["predicted_catch"] == float(catch_probability(C, 1, 2)) == 0.25
     assert commit["audited"] is False and report["jobs"][0]["client_outcome"] == "missed cheat"
+    assert commit["unaudited_reason"] == "sampled out"
+
+
+def _unaudited_cheat(audits: list[Audit]) -> dict:
+    chain = Chain()
+    jid = chain.job("u", {CHEAT: "u cheat"})
+    chain.settle(jid, [CHEAT])
+    for a in audits:
+        a.job_id = jid
+    return summarize(observed(chain, {jid: "u"}, {jid: "u cheat"}, replays={(jid, CHEAT): replay((5,))},
+                              audits=audits))
+
+
+def test_a_cheat_nobody_audited_fails_the_run_with_its_reason():
+    s = _unaudited_cheat([])
+    assert (s["cheats_unaudited"], s["cheats_sampled_out"], s["clients_missed"]) == (1, 0, 0)
+    assert s["unaudited_reasons"] == {"no auditor audited it": 1} and s["ok"] is False
+    assert any("unaudited: no auditor audited it" in f for f in s["failures"])
+
+
+def test_a_cheat_whose_audit_failed_fails_the_run_even_when_another_audit_sampled_it_out():
+    # the provider refused the trace to one auditor: a refusal, not the draw, kept the cheat hidden
+    refused = Audit("auditor-01", b"", CHEAT, "failed", C, None, "the provider refused the trace request")
+    sampled = Audit("auditor-00", b"", CHEAT, "ok", C, (0, 1), "replayed intervals [0, 1]")
+    s = _unaudited_cheat([sampled, refused])
+    assert s["unaudited_reasons"] == {"audit failed": 1} and s["ok"] is False
+    (failure,) = [f for f in s["failures"] if "unaudited" in f]
+    assert "auditor-01" in failure and "refused the trace request" in failure
+
+
+def test_a_cheat_whose_audit_never_finished_fails_the_run():
+    s = _unaudited_cheat([Audit("auditor-00", b"", CHEAT, "auditing", C, None)])
+    assert s["unaudited_reasons"] == {"audit unfinished when the run ended": 1} and s["ok"] is False
 
 
 def test_an_auditor_that_sampled_a_corrupted_interval_and_passed_it_fails_the_run():
