@@ -62,6 +62,7 @@ class AnvilProcess:
         state_file: str | os.PathLike[str] | None = None,
         chain_id: int = 31337,
         start_timeout: float = 15.0,
+        port: int | None = None,
     ):
         self.binary = binary or find_anvil()
         if self.binary is None:
@@ -69,6 +70,7 @@ class AnvilProcess:
         self.state_file = Path(state_file) if state_file is not None else None
         self.chain_id = chain_id
         self.start_timeout = start_timeout
+        self._fixed_port = port  # a fresh chain at a known URL (a restarted dev chain); None: any free port
         self.port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self._log = tempfile.TemporaryFile()
@@ -86,7 +88,7 @@ class AnvilProcess:
     def start(self) -> AnvilProcess:
         """Starts anvil on a free port and waits until it answers JSON-RPC."""
         for _attempt in range(3):  # a port found free can be taken before anvil binds it
-            self.port = _free_loopback_port()
+            self.port = self._fixed_port or _free_loopback_port()
             command = [
                 self.binary,
                 "--host", "127.0.0.1",
