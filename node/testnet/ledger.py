@@ -36,6 +36,8 @@ class AccountBook:
     locked: int = 0
     credit: int = 0
     withdrawn: int = 0
+    deposited: int = 0  # stake the account sent in (register, addStake)
+    escrowed: int = 0   # prices the account sent in as a client (openJob)
     history: list[tuple[float, int, int, int, int]] = field(default_factory=list)
 
     @property
@@ -106,6 +108,13 @@ class JobRecord:
     paid: dict[str, int] = field(default_factory=dict)
     refunded: int = 0
     slashes: list[SlashRecord] = field(default_factory=list)
+    challenge_by: int = 0   # chain time after which no challenge comes
+    ruling_period: int = 0  # a dispute opened by challenge_by is ruled or lapses this much later
+
+    @property
+    def final_deadline(self) -> int:
+        """Chain time after which anyone can bring the job to a final state (lapse its disputes, settle it)."""
+        return self.challenge_by + self.ruling_period
 
     @property
     def settled(self) -> bool:
@@ -145,9 +154,11 @@ class Ledger:
         if isinstance(e, NodeRegistered):
             self.registered[e.account] = e
             self.book(e.account).stake = e.stake
+            self.book(e.account).deposited += e.stake
             moved.append(e.account)
         elif isinstance(e, StakeAdded):
             self.book(e.account).stake = e.stake
+            self.book(e.account).deposited += e.amount
             moved.append(e.account)
         elif isinstance(e, NodeExited):
             book = self.book(e.account)
@@ -155,7 +166,9 @@ class Ledger:
             book.stake = 0
             moved.append(e.account)
         elif isinstance(e, JobOpened):
-            self.jobs[e.job_id] = JobRecord(e.job_id, e.client, e.price, e.provider_stake, e.providers_wanted, at)
+            self.jobs[e.job_id] = JobRecord(e.job_id, e.client, e.price, e.provider_stake, e.providers_wanted, at,
+                                            challenge_by=e.challenge_by, ruling_period=e.ruling_period)
+            self.book(e.client).escrowed += e.price
         elif isinstance(e, ProviderAccepted):
             self.jobs[e.job_id].accepted[e.provider] = at
             self.book(e.provider).locked += e.locked
@@ -220,6 +233,16 @@ class Ledger:
     @property
     def settled_jobs(self) -> int:
         return sum(1 for j in self.jobs.values() if j.settled)
+
+    def money(self) -> dict[str, int]:
+        """Where the ether sent to the contract is, by the events: ``held`` (stakes, credits and
+        unsettled escrow: what the contract's balance must be), ``burned`` (sent to the burn
+        address) and ``withdrawn``; together they are ``deposited`` (stakes and escrow sent in)."""
+        books = self.accounts.values()
+        held = (sum(b.stake + b.credit for b in books)
+                + sum(j.price for j in self.jobs.values() if not j.settled))
+        return {"deposited": sum(b.deposited + b.escrowed for b in books), "held": held,
+                "burned": sum(s.burned for s in self.slashes), "withdrawn": sum(b.withdrawn for b in books)}
 
     def mismatches(self, settlement: Any) -> list[str]:
         """Where this ledger's stake, lock or credit differs from the contract's own reads (blocking)."""
