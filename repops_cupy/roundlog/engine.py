@@ -28,7 +28,7 @@ import blake3
 import numpy as np
 import torch
 
-from . import rounding
+from . import dropout, rounding
 from .codec import LogFormatError, StepLog
 from .rounding import F32, F64, UNIT_ROUNDOFF_F64, Decisions
 from .thresholds import Thresholds
@@ -79,7 +79,7 @@ class StepResult:
 
 class RoundingEngine:
     def __init__(self, mode: str, thresholds: Thresholds, calib_source: "RoundingEngine | None" = None,
-                 site_digests: bool = False):
+                 site_digests: bool = False, seed: int = 0):
         if mode not in ("train", "replay", "calib_record", "calib_force"):
             raise ValueError(f"unknown engine mode {mode!r}")
         if (mode == "calib_force") != (calib_source is not None):
@@ -88,6 +88,7 @@ class RoundingEngine:
         self.thresholds = thresholds
         self.calib_source = calib_source
         self.record_site_digests = site_digests
+        self.seed = seed  # the job's: keys the dropout masks
         self._calib_store: dict = {}
 
     # ------------------------------------------------------------ step / pass structure
@@ -124,6 +125,7 @@ class RoundingEngine:
         self.pass_index += 1
         self._offset, self._mb = offset, size
         self._site_counter = 0
+        self._dropout_calls = 0
         self._in_pass = True
 
     def end_pass(self) -> None:
@@ -164,6 +166,22 @@ class RoundingEngine:
 
     def _stream_length(self) -> int:
         return self.pass_total + self._step_cursor
+
+    def dropout_factor(self, t: torch.Tensor, p: float, batch_dependent: bool) -> torch.Tensor:
+        """The factors (0 or 1/(1-p)) of this pass's next dropout call, shaped as ``t``:
+        this micro-batch's part of the whole-batch mask (see :mod:`.dropout`)."""
+        if not self._in_pass:
+            raise RoundLogError("dropout outside a forward pass of a rounding-log step")
+        call = self._dropout_calls
+        self._dropout_calls += 1
+        n, b = t.numel(), self._mb
+        start = 0
+        if batch_dependent:
+            if t.dim() == 0 or t.shape[0] % b:
+                raise RoundLogError(f"dropout on a tensor of shape {tuple(t.shape)}: dim 0 does not hold the "
+                                    f"micro-batch's {b} examples, so its mask cannot follow the whole batch")
+            start = self._offset * (n // b)
+        return dropout.mask_factor(self.seed, self.step, call, p, start, n).reshape(t.shape)
 
     # ------------------------------------------------------------ layout
 

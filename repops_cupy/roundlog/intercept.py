@@ -17,13 +17,16 @@ wrote it is run by :class:`_RoundedOp`, a custom autograd Function that
 So every intermediate value of forward and backward is float32-valued and the
 float64 disagreement between machines never exceeds one op's own rounding error.
 Views and copies (reshape, transpose, slicing, cat...) pass through unrounded:
-they move float32 values without arithmetic. In-place ops are refused.
+they move float32 values without arithmetic. In-place ops and ops that draw from
+torch's global generator are refused, naming the module; dropout draws its mask
+from the job's counter-based RNG (:mod:`.dropout`).
 
 ``backend="numpy"`` routes the matrix products (linear, matmul, conv2d, attention)
 through :mod:`.npbackend` inside the same sites.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -57,6 +60,12 @@ PASSTHROUGH = frozenset({
     "view", "view_as", "reshape", "reshape_as", "transpose", "t", "permute", "squeeze", "unsqueeze",
     "flatten", "unflatten", "contiguous", "split", "chunk", "unbind", "narrow", "select", "__getitem__",
     "cat", "stack", "clone", "detach", "movedim", "swapaxes", "mT", "T",
+})
+# ops that draw from torch's global generator: no auditor could draw the same numbers
+RANDOM = frozenset({
+    "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "bernoulli", "multinomial",
+    "normal", "poisson", "dropout1d", "dropout2d", "dropout3d", "feature_dropout", "alpha_dropout",
+    "feature_alpha_dropout", "native_dropout", "rrelu",
 })
 
 
@@ -199,11 +208,12 @@ class _RoundedOp(torch.autograd.Function):
 class RoundingMode(TorchFunctionMode):
     """Active during forward passes of a rounding-log run (see module doc)."""
 
-    def __init__(self, engine: RoundingEngine, backend: str = "torch"):
+    def __init__(self, engine: RoundingEngine, backend: str = "torch", module_paths: dict[int, str] | None = None):
         super().__init__()
         if backend not in ("torch", "numpy"):
             raise ValueError(f"unknown matmul backend {backend!r}")
         self.engine, self.backend = engine, backend
+        self.module_paths = module_paths or {}  # id(module) -> its path in the model, to name it in errors
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -220,12 +230,32 @@ class RoundingMode(TorchFunctionMode):
             if any(is_batch(x) for x in tree_flatten((args, kwargs))[0]):
                 _mark_outputs(out)
             return out
-        if name.startswith("inplace_") or (name.endswith("_") and not name.startswith("_")) or name == "__setitem__":
-            raise RoundLogError(f"in-place op {name} inside a rounding-log forward; write it out of place")
+        if name.startswith("inplace_") or (name.endswith("_") and not name.startswith("_")) or name == "__setitem__" \
+                or kwargs.get("inplace") is True:
+            raise RoundLogError(self._refusal(name, in_place=True))
+        if name in RANDOM or (name == "scaled_dot_product_attention"
+                                 and (args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0))):
+            raise RoundLogError(self._refusal(name, in_place=False))
+        if name == "dropout":
+            return self._dropout(args, kwargs)
         if name == "batch_norm" and (args[5] if len(args) > 5 else kwargs.get("training", False)) \
                 and (args[1] if len(args) > 1 else kwargs.get("running_mean")) is not None:
             raise RoundLogError("F.batch_norm updates running statistics in place; use models.GhostBatchNorm2d")
-        call = _OpCall(self, func, name, args, kwargs)
+        return self._run(_OpCall(self, func, name, args, kwargs))
+
+    def _dropout(self, args, kwargs):
+        """F.dropout / torch.dropout: a mask from the job's counter-based RNG (see :mod:`.dropout`)."""
+        x = args[0] if args else kwargs["input"]
+        p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+        training = args[2] if len(args) > 2 else kwargs.get("training", kwargs.get("train", True))
+        if len(args) > 3 and args[3]:
+            raise RoundLogError(self._refusal("dropout", in_place=True))
+        if not training or p == 0.0:
+            return x
+        factor = self.engine.dropout_factor(x, float(p), is_batch(x))
+        return self._run(_OpCall(self, torch.mul, "dropout", (x, factor), {}))
+
+    def _run(self, call: _OpCall):
         tensors = call.tensors()
         _count_uses(tensors)
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
@@ -247,3 +277,24 @@ class RoundingMode(TorchFunctionMode):
         if any(call.batch):
             _mark_outputs(result)
         return result
+
+    def _refusal(self, name: str, in_place: bool) -> str:
+        where = self._calling_module()
+        if in_place:
+            return (f"in-place op {name}{where}: the rounding-log mode cannot log an op that overwrites its input; "
+                    "write it out of place (x = x + y instead of x += y, x = x.relu() instead of x.relu_(), "
+                    "nn.ReLU() / F.relu(x) instead of inplace=True)")
+        return (f"{name}{where} draws from torch's global random generator, which an auditor cannot reproduce; "
+                "use F.dropout / nn.Dropout (masks from the job's seed and step) or draw the randomness outside "
+                "the model")
+
+    def _calling_module(self) -> str:
+        """' in <module path> (<class>)': the innermost module of the model whose code is running."""
+        frame = inspect.currentframe()
+        while frame is not None:
+            owner = frame.f_locals.get("self")
+            path = self.module_paths.get(id(owner)) if isinstance(owner, torch.nn.Module) else None
+            if path is not None:
+                return f" in {path or '<model>'} ({type(owner).__name__})"
+            frame = frame.f_back
+        return ""

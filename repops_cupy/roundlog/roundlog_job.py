@@ -153,7 +153,7 @@ def train_job(spec: str | Path | Mapping, out_dir: str | Path, *, threads: int |
     (out / "logs").mkdir(parents=True, exist_ok=True)
     trainer = RoundLogTrainer(job.model_factory(), job.optimizer, job.data,
                               job.config(threads=threads, backend=backend, micro_batch=micro_batch,
-                                         site_digests=site_digests))
+                                         site_digests=site_digests), seed=job.seed)
     ckpts = set(job.checkpoint_steps())
     checkpoints = [(0, trainer.save_checkpoint(_ckpt(out, 0)))]
     steps = []
@@ -197,7 +197,8 @@ def replay_job(spec: str | Path | Mapping, run_dir: str | Path, *, start: int = 
     end = job.steps if end is None else end
     has_sites = _sitefile(run, start + 1).exists()
     auditor = Auditor(job.model_factory(), job.optimizer, job.data,
-                      job.config(threads=threads, backend=backend, micro_batch=micro_batch, site_digests=has_sites))
+                      job.config(threads=threads, backend=backend, micro_batch=micro_batch, site_digests=has_sites),
+                      seed=job.seed)
     start_hash = auditor.load_checkpoint(_ckpt(run, start))
     first_mismatch = None if start_hash.hex() == claimed.get(start) else start
     per_step = []

@@ -41,6 +41,7 @@ EXACT_OPS = frozenset({
     "clamp", "masked_fill", "sqrt", "square", "embedding", "max_pool2d", "pow_int2",
     "zeros_like", "ones_like", "full_like", "ones", "zeros", "full", "arange", "tril", "triu",
     "float", "double", "to", "type_as", "expand_as_copy",
+    "dropout",  # x * (0 or float32(1/(1-p))): a float32 product, exact in float64
 })
 
 MIN_BETA = 8.0  # the bound must exceed float64 resolution: D >= 4 u |v| needs beta >= 4

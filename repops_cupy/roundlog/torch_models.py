@@ -1,4 +1,5 @@
-"""The two example models of the rounding-log mode: a small CNN and a small GPT.
+"""Example models of the rounding-log mode: a small CNN and a small GPT (the example
+jobs), a residual MLP with layer norm and dropout, and a gate-by-gate GRU.
 
 Plain ``nn.Module`` code; nothing here knows about rounding. Two choices make them
 trainable under any micro-batching (see :mod:`.engine`):
@@ -137,3 +138,55 @@ class TinyGPT(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         return self.head(self.ln_f(x))
+
+
+class ResidualMLP(nn.Module):
+    """Flattened input, then pre-LN residual blocks (LayerNorm - linear - GELU - dropout -
+    linear), a final LayerNorm and a linear head: layer norm, residual fan-in and dropout."""
+
+    def __init__(self, in_features: int = 192, d: int = 64, blocks: int = 2, num_classes: int = 10,
+                 dropout: float = 0.1):
+        super().__init__()
+        self.embed = nn.Linear(in_features, d)
+        self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(blocks))
+        self.ups = nn.ModuleList(nn.Linear(d, 2 * d) for _ in range(blocks))
+        self.downs = nn.ModuleList(nn.Linear(2 * d, d) for _ in range(blocks))
+        self.drop = nn.Dropout(dropout)
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x.flatten(1))
+        for norm, up, down in zip(self.norms, self.ups, self.downs):
+            x = x + down(self.drop(F.gelu(up(norm(x)))))
+        return self.head(self.ln_f(x))
+
+
+class TinyGRU(nn.Module):
+    """Token embedding, a GRU written out gate by gate (sigmoid, tanh, products, one step
+    per position), functional dropout on its outputs, linear head. Written out rather than
+    nn.GRU so that every gate is its own rounding site and its state is per example."""
+
+    def __init__(self, vocab: int = 64, d: int = 32, dropout: float = 0.1):
+        super().__init__()
+        self.d, self.p = d, dropout
+        self.tok = nn.Embedding(vocab, d)
+        self.x_gates = nn.Linear(d, 3 * d)
+        self.h_gates = nn.Linear(d, 3 * d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        b, t = idx.shape
+        xs = self.x_gates(self.tok(idx))  # (b, t, 3d): the input's share of every gate at once
+        h = torch.zeros_like(xs[:, 0, : self.d])  # from a batch tensor: one state per example
+        outs = []
+        for s in range(t):
+            xr, xz, xn = xs[:, s].split(self.d, dim=1)
+            hr, hz, hn = self.h_gates(h).split(self.d, dim=1)
+            r = torch.sigmoid(xr + hr)
+            z = torch.sigmoid(xz + hz)
+            n = torch.tanh(xn + r * hn)
+            h = n + z * (h - n)  # (1 - z) * n + z * h
+            outs.append(h)
+        y = F.dropout(torch.stack(outs, dim=1), self.p, self.training)
+        return self.head(y)

@@ -65,13 +65,30 @@ def row_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
 
 
+def refuse_inplace_modules(model: nn.Module) -> None:
+    """Refuse, before any step, layers built with ``inplace=True`` (nn.ReLU, nn.Dropout...):
+    an op that overwrites its input leaves nothing for the mode to round and log."""
+    for path, m in model.named_modules():
+        if getattr(m, "inplace", False) is True:
+            raise RoundLogError(
+                f"{path or '<model>'} ({type(m).__name__}) was built with inplace=True, which the rounding-log "
+                f"mode cannot log: construct it with inplace=False (e.g. nn.{type(m).__name__}() without inplace=True)")
+
+
 class _Run:
+    """``seed`` is the job's: it keys the dropout masks; by default the data source's
+    (built from the job seed)."""
+
     def __init__(self, mode: str, model_factory: Callable[[], nn.Module], optimizer_spec: Mapping,
-                 data: Any, config: RunConfig | None = None, calib_source: "_Run | None" = None):
+                 data: Any, config: RunConfig | None = None, calib_source: "_Run | None" = None,
+                 seed: int | None = None):
         self.config = config or RunConfig()
         self.data = data
+        self.seed = int(seed if seed is not None else getattr(data, "seed", 0))
         self.model = model_factory().double()
         self.model.train()
+        refuse_inplace_modules(self.model)
+        self.module_paths = {id(m): path for path, m in self.model.named_modules()}
         with torch.no_grad():
             for p in self.model.parameters():
                 p.copy_(p.to(torch.float32).to(torch.float64))  # start from float32 values
@@ -82,7 +99,7 @@ class _Run:
         self.optimizer: Optimizer = build_optimizer(optimizer_spec, self.params)
         self.engine = RoundingEngine(mode, self.config.thresholds,
                                      calib_source.engine if calib_source is not None else None,
-                                     site_digests=self.config.site_digests)
+                                     site_digests=self.config.site_digests, seed=self.seed)
         self.step_done = 0
         self.last: StepResult | None = None
         self.last_log_hash: bytes | None = None
@@ -140,7 +157,7 @@ class _Run:
             for o in range(0, batch, mb):
                 eng.begin_pass(o, mb)
                 xb, yb = mark_batch(x[o : o + mb]), mark_batch(y[o : o + mb])
-                with RoundingMode(eng, cfg.backend):
+                with RoundingMode(eng, cfg.backend, self.module_paths):
                     losses = row_losses(self.model(xb), yb)
                 rows_total = losses.shape[0] * batch // mb
                 losses.backward(torch.full_like(losses, 1.0 / rows_total))
@@ -167,8 +184,8 @@ class _Run:
 class RoundLogTrainer(_Run):
     """Trains and logs: ``step(i) -> (state_hash, log_bytes)``."""
 
-    def __init__(self, model_factory, optimizer_spec, data, config: RunConfig | None = None):
-        super().__init__("train", model_factory, optimizer_spec, data, config)
+    def __init__(self, model_factory, optimizer_spec, data, config: RunConfig | None = None, seed: int | None = None):
+        super().__init__("train", model_factory, optimizer_spec, data, config, seed=seed)
 
     def step(self, i: int) -> tuple[bytes, bytes]:
         result = self._run_step(i, None)
@@ -190,8 +207,8 @@ class Auditor(_Run):
     per-site tallies: corrections applied, implausible entries, margin breaches.
     """
 
-    def __init__(self, model_factory, optimizer_spec, data, config: RunConfig | None = None):
-        super().__init__("replay", model_factory, optimizer_spec, data, config)
+    def __init__(self, model_factory, optimizer_spec, data, config: RunConfig | None = None, seed: int | None = None):
+        super().__init__("replay", model_factory, optimizer_spec, data, config, seed=seed)
 
     def replay_step(self, i: int, log_bytes: bytes | None, apply_log: bool = True,
                     site_digests: bytes | None = None) -> bytes:
