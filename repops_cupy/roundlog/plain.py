@@ -51,6 +51,8 @@ class PlainRun:
                     logits = self.model(x[s:s + mb])
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[s:s + mb].reshape(-1))
                 (loss * (mb / x.shape[0])).backward()
+            if max_norm := self.job.optimizer.get("clip_grad_norm"):
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
             self.opt.step()
             for m in self.model.modules():  # ghost batch-norm folds its statistics once per step
                 if hasattr(m, "step_end"):

@@ -6,14 +6,37 @@ operands, then a rounding site. Such a composition gives the same bits on every
 machine, so the sites are marked exact and never logged; they still round, so the
 optimizer state stays float32-valued. Powers of the betas are built by repeated
 multiplication, not ``**`` (libm ``pow`` is not correctly rounded everywhere).
+
+``clip_grad_norm`` (both optimizers) scales the gradients as
+``torch.nn.utils.clip_grad_norm_`` does, with a norm whose bits cannot vary: see
+:meth:`Optimizer.clip_gradients`.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Mapping
 
+import numpy as np
 import torch
 
 RoundSite = Callable[[str, torch.Tensor, bool], torch.Tensor]
+
+
+def _f32(x: float) -> float:
+    """The float32 value nearest a float64 one (ties to even)."""
+    return float(np.float32(x))
+
+
+def exact_grad_norm(grads: list[torch.Tensor]) -> float:
+    """sqrt of the sum of squares of float32-valued gradients, correctly rounded to float64.
+
+    A float32 value squared is exact in float64 (two 24-bit significands make 48 bits);
+    ``math.fsum`` returns the correctly rounded sum, whatever the order or the machine;
+    ``math.sqrt`` is correctly rounded (IEEE). No BLAS, no reduction tree: the same bits
+    everywhere.
+    """
+    total = math.fsum(math.fsum((g.detach().numpy().reshape(-1) ** 2).tolist()) for g in grads)
+    return math.sqrt(total)
 
 
 def _power(base: float, n: int) -> float:
@@ -34,6 +57,22 @@ class Optimizer:
         self.steps = 0
         self.state = {name: {s: torch.zeros_like(p, dtype=torch.float64) for s in self.slots}
                       for name, p in self.params.items()}
+
+    def clip_gradients(self, rnd: RoundSite) -> None:
+        """torch.nn.utils.clip_grad_norm_'s rule: coef = max_norm / (norm + 1e-6), applied when
+        below 1. The norm is exact (:func:`exact_grad_norm`) and each scalar step is one
+        correctly rounded operation rounded to float32, so the coefficient is the same bits
+        on every machine; each gradient times it is an exact site."""
+        max_norm = self.hyper.get("clip_grad_norm")
+        self.last_grad_norm = None
+        if not max_norm:
+            return
+        norm = _f32(exact_grad_norm([p.grad for p in self.params.values()]))
+        self.last_grad_norm = norm
+        coef = _f32(max_norm / _f32(norm + 1e-6))
+        if coef < 1.0:
+            for p in self.params.values():
+                p.grad = rnd("optim:clip", p.grad * coef, True)
 
     def decays(self, name: str, p: torch.Tensor) -> bool:
         return self.hyper.get("decay_all", False) or p.dim() >= 2
@@ -59,6 +98,7 @@ class SGDMomentum(Optimizer):
         lr, mu, wd = self.hyper["lr"], self.hyper.get("momentum", 0.9), self.hyper.get("weight_decay", 0.0)
         self.steps += 1
         with torch.no_grad():
+            self.clip_gradients(rnd)
             for name, p in self.params.items():
                 g = p.grad
                 if wd and self.decays(name, p):
@@ -80,6 +120,7 @@ class AdamW(Optimizer):
         self.steps += 1
         bc1, bc2 = 1.0 - _power(b1, self.steps), 1.0 - _power(b2, self.steps)
         with torch.no_grad():
+            self.clip_gradients(rnd)
             for name, p in self.params.items():
                 g = p.grad
                 st = self.state[name]

@@ -6,7 +6,8 @@ Spec (the tables of the project's job files; ``[model] kind = "torch-roundlog"``
     [model]      kind = "torch-roundlog", module = "pkg.mod:Class"
     [model.args] constructor keyword arguments
     [data]       kind = "synthetic-images" | "synthetic-tokens" | "text", and its fields
-    [optimizer]  kind = "sgd" | "adamw", lr, momentum | beta1, beta2, eps, weight_decay
+    [optimizer]  kind = "sgd" | "adamw", lr, momentum | beta1, beta2, eps, weight_decay,
+                 optional clip_grad_norm (max global gradient norm, as torch's clip_grad_norm_)
     [roundlog]   optional: thresholds = { key = beta, ... } overriding the measured table
 
 The model is built after ``torch.manual_seed(job.seed)``. Outputs in ``out_dir``::
@@ -95,13 +96,20 @@ class Job:
     def _optimizer(o: dict) -> dict:
         kind = o.pop("kind", None)
         if kind == "sgd":
-            return {"name": "sgd", "lr": float(_need(o, "optimizer", "lr")), "momentum": float(o.get("momentum", 0.9)),
-                    "weight_decay": float(o.get("weight_decay", 0.0))}
-        if kind == "adamw":
-            return {"name": "adamw", "lr": float(_need(o, "optimizer", "lr")),
-                    "betas": (float(o.get("beta1", 0.9)), float(o.get("beta2", 0.999))),
-                    "eps": float(o.get("eps", 1e-8)), "weight_decay": float(o.get("weight_decay", 0.01))}
-        raise RoundLogJobError(f"optimizer.kind: must be 'sgd' or 'adamw', got {kind!r}")
+            out = {"name": "sgd", "lr": float(_need(o, "optimizer", "lr")), "momentum": float(o.get("momentum", 0.9)),
+                   "weight_decay": float(o.get("weight_decay", 0.0))}
+        elif kind == "adamw":
+            out = {"name": "adamw", "lr": float(_need(o, "optimizer", "lr")),
+                   "betas": (float(o.get("beta1", 0.9)), float(o.get("beta2", 0.999))),
+                   "eps": float(o.get("eps", 1e-8)), "weight_decay": float(o.get("weight_decay", 0.01))}
+        else:
+            raise RoundLogJobError(f"optimizer.kind: must be 'sgd' or 'adamw', got {kind!r}")
+        if "clip_grad_norm" in o:
+            clip = o["clip_grad_norm"]
+            if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not 0 < clip < float("inf"):
+                raise RoundLogJobError(f"optimizer.clip_grad_norm: must be a positive number, got {clip!r}")
+            out["clip_grad_norm"] = float(clip)
+        return out
 
     def model_factory(self):
         mod_name, _, cls_name = self.module.partition(":")
