@@ -28,10 +28,20 @@ line every 20 s (on a terminal: one status line kept up to date), then the resul
 directory, the providers' outcomes and the verdicts (``--json``: one JSON object on the
 last line).
 
-Exit status: 0 a checked result (settled, or verified with ``--wait verified``), or
-without --wait the job handed over; 1 no result, or an error (no chain answering within
-``--chain-timeout`` seconds, say); 2 bad usage; 130 interrupted (a job already opened goes
-on: the command says how to follow it).
+A result is handed over (``result:``, ``result_dir`` in ``result.json``) only when its
+provider's root stood on chain and the weights check against the signed commitment
+(`node.roles.client_result`); a refunded job has none. An unfilled job is refunded before
+the command exits (anyone may settle it once its acceptance deadline passed; if the chain
+does not take the refund within UNFILLED_WAIT seconds the command says it leaves it to
+the keepers, which every node runs).
+
+Exit status (`exit_status`): 0 a checked result (finalized; or verified, with ``--wait
+verified``), or without --wait the job handed over; 1 an error (no chain answering within
+``--chain-timeout`` seconds, say); 2 bad usage; 3 refunded: no provider's root stood (each
+slashed or never committed), no result; 4 unfilled: too few providers took a seat, the
+price refunded; 5 no result otherwise (the job failed or was lost with its chain, or it
+finalized without a result that checks reaching this client); 130 interrupted (a job
+already opened goes on: the command says how to follow it).
 """
 from __future__ import annotations
 
@@ -52,6 +62,17 @@ from .common import EXIT_INTERRUPTED, format_duration, leaves
 
 PROGRESS_EVERY = 20.0  # seconds between two countdown lines when stdout is not a terminal
 CHAIN_TIME_EVERY = 10.0  # seconds between two readings of the chain's clock
+# An unfilled job's refund is one transaction, possible as soon as acceptance closed.
+UNFILLED_WAIT = 60.0
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+EXIT_REFUNDED, EXIT_UNFILLED, EXIT_NO_RESULT = 3, 4, 5
+NO_RESULT = {  # why a job that ended has no result, by how it ended
+    "refunded": "the job was refunded on chain: no provider's root stood (each slashed or never committed)",
+    "unfilled": "too few providers took a seat; the price is refunded",
+    "failed": "the job failed (never opened, or lost with the chain that held it)",
+    "finalized": "no provider delivered a result that checks",
+}
 
 EPILOG = """\
 windows: a job's accept, commit and challenge windows follow one another from submission,
@@ -59,10 +80,11 @@ are fixed on chain, and the job settles only after the challenge window closes. 
 accept 30 s; commit and challenge each the job's estimated training time on a busy CPU plus
 30 s, at least 60 s (scripts/jobs/mlp.toml: 30 + 74 + 74 s, so --wait takes about 3 minutes).
 
-exit status: 0 a checked result (settled; or verified, with --wait verified), or without
---wait the job handed over; 1 no result, or an error (such as no chain answering within
---chain-timeout); 2 bad usage; 130 interrupted (a job already opened goes on: the command
-says how to follow it).
+exit status: 0 a checked result (finalized; or verified, with --wait verified), or without
+--wait the job handed over; 1 an error (such as no chain answering within --chain-timeout);
+2 bad usage; 3 refunded (no provider's root stood: no result); 4 unfilled (too few
+providers; the price refunded); 5 no result otherwise (failed, lost, or no result that
+checks); 130 interrupted (a job already opened goes on: the command says how to follow it).
 """
 
 
@@ -209,8 +231,10 @@ async def _run(config, seed: bytes, args: argparse.Namespace, options) -> int:
                 job_id = await client.submit(args.job.resolve(), options, on_open=on_open)
                 cj = client.jobs[job_id]
                 progress.say(f"job {job_id.hex()}: {cj.state}, {len(cj.record['seats'])} provider(s)")
-                if cj.state != "handed":
-                    code = 1
+                if cj.state == "unfilled":
+                    code = await _refund_unfilled(client, cj, args.json)
+                elif cj.state != "handed":
+                    code = EXIT_ERROR
                 elif not args.wait:
                     progress.say(f"to follow it: {follow_command(config, args)}")
                     code = 0
@@ -225,7 +249,7 @@ async def _run(config, seed: bytes, args: argparse.Namespace, options) -> int:
             nursery.cancel_scope.cancel()
     if progress is not None:
         progress.clear()
-    if interrupted and opened is not None and opened.state not in ("settled", "unfilled", "failed"):
+    if interrupted and opened is not None and opened.state not in ("settled", "refunded", "failed", "lost"):
         print(f"gavel submit: interrupted; job {opened.job_id.hex()} stays open on chain ({opened.state}); "
               f"to follow it: {follow_command(config, args)}", file=sys.stderr)
     return EXIT_INTERRUPTED if interrupted else code
@@ -328,12 +352,32 @@ def _still_open(cj, now: float, command: str) -> str:
             f"escrowed until then). To go on with it: {command}")
 
 
+async def _refund_unfilled(client, cj, as_json: bool) -> int:
+    """Stay until the unfilled job is refunded on chain (the client's job task settles it),
+    or say that the keepers will."""
+    with trio.move_on_after(UNFILLED_WAIT):
+        return _print_result(await client.wait(cj.job_id), as_json)
+    _say(f"job {cj.job_id.hex()}: unfilled; its refund is not on chain after {UNFILLED_WAIT:g} s: left to the "
+         f"keepers (every node settles a job whose deadline passed), or run this client again")
+    return EXIT_UNFILLED
+
+
+def exit_status(result: dict) -> int:
+    """The exit status for a job's summary: 0 with a checked result, else by how it ended."""
+    if result.get("result_dir"):
+        return EXIT_OK
+    return {"refunded": EXIT_REFUNDED, "unfilled": EXIT_UNFILLED}.get(result.get("ended", ""), EXIT_NO_RESULT)
+
+
 def _print_result(result: dict, as_json: bool, *, note: str = "") -> int:
     _say(f"job {result.get('job')}: {result.get('status', result.get('state'))}")
     if result.get("result_dir"):
         _say(f"result: {result['result_dir']} (from provider {result['result_from'][:16]}, trace root {result['trace_root']})")
     else:
-        _say("result: none (no provider delivered a result that checks)")
+        _say(f"no result: {NO_RESULT.get(result.get('ended', ''), NO_RESULT['finalized'])}")
+    dropped = result.get("result_dropped")
+    if dropped:
+        _say(f"withdrawn: the result from provider {dropped['from'][:16]}: {dropped['why']}")
     for key, seat in result.get("providers", {}).items():
         _say(f"provider {key[:16]} ({seat['account']}): {seat['outcome']}")
     for v in result.get("verdicts", []):
@@ -344,4 +388,4 @@ def _print_result(result: dict, as_json: bool, *, note: str = "") -> int:
         _say(note)
     if as_json:  # the last line
         print(json.dumps(result, sort_keys=True), flush=True)
-    return 0 if result.get("result_dir") else 1
+    return exit_status(result)

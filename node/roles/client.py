@@ -1,18 +1,16 @@
 """The client role: submits a job, escrows its price, hands it out, checks the results, settles.
 
 A job's life is the table of `client_job.JOB_LIFE` (submitted, opened, handed, verifying,
-verified; settled, unfilled or failed); `ClientRole.drive` does the work of each state and
-moves the job on by the event that work ended in. The disputes of the client's jobs are
-refereed by its `referee.RefereeDuty`. Every state is resumable: a restarted client picks
-its jobs up from their rows.
+verified, unfilled; settled, refunded, failed or lost); `ClientRole.drive` does the work of
+each state and moves the job on by the event that work ended in. The disputes of the
+client's jobs are refereed by its `referee.RefereeDuty`; what result is handed over is
+`client_result`'s rule. Every state is resumable: a restarted client first reconciles each
+job's row with the chain (`_reconcile`), then picks it up where it stands.
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 import random
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,11 +22,12 @@ from libp2p.peer.id import ID
 from protocol import Commitment, Envelope, JobOffer, LocalProtocolError, RemoteProtocolError, hash_tree
 from protocol.settings import CLIENT_SETTINGS, JobSettings
 
-from ..errors import BadMessage, LocalError, PeerError, is_transient
+from ..errors import BadMessage, LocalError, PeerError
 from ..framing import pack, unpack
 from ..streams import RequestRefused
 from .chain import ETHER, chain_failures, format_ether
 from .context import RoleContext
+from .client_result import fetch_result, settle_result, standing_reports, write_summary
 from .jobfiles import JOB_FILE, encode_bundle, install_job, job_dir, load_training, prepare_bundle
 from .job_protocols import (
     JOB_LIMITS, JOB_PROTOCOL, TOPIC_JOBS, TOPIC_PROVIDERS, Advert, Challenge, JobAnnouncement, Offer,
@@ -36,9 +35,9 @@ from .job_protocols import (
 )
 from .provider import _chain_error, withdraw_credit
 from .client_job import (
-    CLOSED, DONE_STATES, HANDED, JOB_MISSING, JOB_OPENED, OPENED, REPORTS_IN, RESULT_CHECKED, SEATS_FILLED,
-    SEATS_UNFILLED, SUBMITTED, UNFILLED, VERIFIED, VERIFYING, ClientJob, Phase, default_windows, estimate_step_seconds,
-    phase_of, verified_summary,
+    DONE_STATES, ENDED_FINALIZED, ENDED_REFUNDED, ENDED_UNFILLED, HANDED, JOB_FINALIZED, JOB_MISSING, JOB_OPENED,
+    JOB_REFUNDED, OPENED, REPORTS_IN, RESULT_CHECKED, SEATS_FILLED, SEATS_UNFILLED, SUBMITTED, UNFILLED, VERIFIED,
+    VERIFYING, ClientJob, Phase, default_windows, ended, estimate_step_seconds, phase_of, verified_summary,
 )
 from .referee import RefereedJob, RefereeDuty
 
@@ -53,9 +52,6 @@ ADVERTS_KEPT = 3
 POLL = 1.0
 WAIT_UNTIL = ("verified", "settled")  # where `ClientRole.wait` may stop
 ANNOUNCED = (HANDED, VERIFYING, VERIFIED)  # a job is announced to auditors from the time it is handed out
-# A result fetch cut off by the network is tried again (after 2, 4, 8 s); a wrong result is not.
-RESULT_ATTEMPTS = 4
-RESULT_RETRY_DELAY = 2.0
 
 
 @dataclass
@@ -101,10 +97,12 @@ class ClientRole:
             self.jobs[job.job_id] = cj
             for seat in cj.record.get("seats", {}).values():
                 ctx.remember(ID.from_base58(seat["peer"]), seat["addrs"])
-            if job.state in DONE_STATES:
+            if job.state not in DONE_STATES:
+                await self._reconcile(cj)
+            if cj.state in DONE_STATES:
                 cj.done.set()
             else:
-                if job.state in ANNOUNCED:
+                if cj.state in ANNOUNCED:
                     self._start_announcing(cj)
                 ctx.start_soon(self.drive, cj, name=f"client job {job.job_id.hex()[:12]}")
             await self.referee.resume(job.job_id)
@@ -216,7 +214,7 @@ class ClientRole:
             if not cj.done.is_set():
                 return verified_summary(cj)
         await cj.done.wait()
-        return cj.record.get("result", {"job": job_id.hex(), "state": cj.state})
+        return cj.record.get("result") or {"job": job_id.hex(), "state": cj.state, "ended": ended(cj.state, cj.record)}
 
     def _offer(self, cj: ClientJob) -> Offer:
         envelope = Envelope.seal(JobOffer(cj.terms), identity=self.ctx.identity, job_id=cj.job_id, seq=1,
@@ -252,6 +250,26 @@ class ClientRole:
         if over:
             cj.done.set()
 
+    async def _reconcile(self, cj: ClientJob) -> None:
+        """After a restart, before any work: move the job by what the chain did while we were
+        away (closed: refunded, or finalized once verified; gone: lost). A chain that cannot
+        answer now is no verdict: the job's work reads it again."""
+        from contracts import JobStatus
+
+        chain = self.ctx.chain
+        try:
+            info = await chain.run(chain.settlement.job, cj.job_id)
+        except chain_failures() as error:
+            log.info("job %s: reconciling with the chain: %s", cj.job_id.hex()[:12], _chain_error(error))
+            return
+        if info.status == JobStatus.NONE and cj.state != SUBMITTED:
+            log.warning("job %s: the chain does not know the job (%s here): lost", cj.job_id.hex()[:12], cj.state)
+            await self._advance(cj, JOB_MISSING)
+        elif info.status == JobStatus.REFUNDED or info.status == JobStatus.FINALIZED and cj.state in (VERIFIED, UNFILLED):
+            log.info("job %s: %s on chain while this client was away", cj.job_id.hex()[:12], info.status.name)
+            await self._training(cj)
+            await self._advance(cj, await self._close(cj, info))
+
     async def _find_on_chain(self, cj: ClientJob) -> str:
         """A job stopped before or while it was opened on chain: did the chain get it?"""
         from contracts import JobStatus
@@ -278,6 +296,7 @@ class ClientRole:
                     asked[peer] = time.time()
                     nursery.start_soon(self._offer_to, cj, peer, addrs, offer, accept_by)
         if len(cj.record["seats"]) < options.providers:
+            cj.record["unfilled"] = True  # refunded, then: ended unfilled
             log.warning("job %s: only %d of %d providers took it", cj.job_id.hex()[:12], len(cj.record["seats"]),
                         options.providers)
             return SEATS_UNFILLED
@@ -426,7 +445,7 @@ class ClientRole:
                     await self._save(cj)
                     await self._start_dispute(cj, first, other)
         await self._await_disputes(cj, until=cj.record["deadlines"]["challenge_by"] if len(groups) > 1 else 0)
-        await self._fetch_result(cj, valid)
+        await fetch_result(self.ctx, cj, await standing_reports(self.ctx, cj))
         return RESULT_CHECKED
 
     async def _start_dispute(self, cj: ClientJob, a: str, b: str) -> None:
@@ -464,51 +483,6 @@ class ClientRole:
             with trio.move_on_after(POLL):
                 await cj.changed.wait()
 
-    async def _fetch_result(self, cj: ClientJob, valid: dict[str, TraceReport]) -> None:
-        """The final weights and trace from a provider that did not lose, checked against its root."""
-        from repops_cupy.checkpoint import CheckpointError, load_checkpoint
-
-        ctx = self.ctx
-        chain = ctx.chain
-        out = Path(cj.record["options"].get("out") or ctx.config.data_dir / "results" / cj.job_id.hex())
-        candidates = {}
-        for key, report in valid.items():
-            seat = await chain.run(chain.settlement.seat, cj.job_id, cj.record["seats"][key]["account"])
-            if not seat.forfeited:
-                candidates[key] = report
-        for attempt in range(RESULT_ATTEMPTS):
-            if attempt:
-                await trio.sleep(RESULT_RETRY_DELAY * 2 ** (attempt - 1))
-            for key, report in list(candidates.items()):
-                seat = cj.record["seats"][key]
-                peer = ID.from_base58(seat["peer"])
-                try:
-                    await ctx.reach(peer, seat["addrs"])
-                    weights = await ctx.blobs.fetch(peer, report.checkpoints[-1])
-                    trace_file = await ctx.blobs.fetch(peer, report.trace_file)
-                    _, _, digest = await trio.to_thread.run_sync(load_checkpoint, weights)
-                except (PeerError, LocalError, CheckpointError) as error:
-                    log.info("job %s: fetching the result from %s: %s", cj.job_id.hex()[:12], key[:8], error)
-                    if not is_transient(error):
-                        del candidates[key]
-                    continue
-                if digest != report.trace[-1]:
-                    log.warning("job %s: %s's final weights are not its committed final state",
-                                cj.job_id.hex()[:12], key[:8])
-                    del candidates[key]
-                    continue
-                await trio.to_thread.run_sync(_write_result, out, weights, trace_file,
-                                              job_dir(ctx.config.data_dir, cj.job_id) / JOB_FILE)
-                cj.record["result_from"] = key
-                cj.record["result_dir"] = str(out)
-                cj.record["trace_root"] = _decode(report.commitment).body.root.root.hex()
-                log.info("job %s: result from %s checked against its commitment, in %s", cj.job_id.hex()[:12],
-                         key[:8], out)
-                return
-            if not candidates:
-                break
-        log.warning("job %s: no provider delivered a result that checks", cj.job_id.hex()[:12])
-
     async def _settle(self, cj: ClientJob) -> str:
         from contracts import JobStatus
 
@@ -534,14 +508,20 @@ class ClientRole:
                     log.info("job %s: settling: %s", cj.job_id.hex()[:12], _chain_error(error))
             with trio.move_on_after(POLL):
                 await cj.changed.wait()
-        await withdraw_credit(ctx)
+        return await self._close(cj, info)
+
+    async def _close(self, cj: ClientJob, info: Any) -> str:
+        """The job is over on chain: our credit withdrawn, the result kept only if its root
+        stood (`client_result.settle_result`), the summary kept and written to result.json."""
+        from contracts import JobStatus
+
+        await withdraw_credit(self.ctx)
+        finalized = info.status == JobStatus.FINALIZED
+        await settle_result(self.ctx, cj, finalized)
         cj.record["result"] = await self._summary(cj, info)
-        out = cj.record.get("result_dir")
-        if out:
-            await trio.to_thread.run_sync(
-                (Path(out) / "result.json").write_text, json.dumps(cj.record["result"], indent=1) + "\n")
+        await write_summary(self.ctx, cj, cj.record["result"])
         log.info("job %s: settled on chain (%s)", cj.job_id.hex()[:12], info.status.name)
-        return CLOSED
+        return JOB_FINALIZED if finalized else JOB_REFUNDED
 
     async def _summary(self, cj: ClientJob, info: Any) -> dict:
         chain = self.ctx.chain
@@ -553,9 +533,17 @@ class ClientRole:
                 "trace_root": on_chain.trace_root.hex() if on_chain.committed else None,
                 "outcome": "slashed" if on_chain.forfeited else ("paid" if on_chain.committed else "no result"),
             }
-        return {"job": cj.job_id.hex(), "status": info.status.name, "result_dir": cj.record.get("result_dir"),
-                "result_from": cj.record.get("result_from"), "trace_root": cj.record.get("trace_root"),
-                "providers": providers, "verdicts": cj.record["verdicts"]}
+        from contracts import JobStatus
+
+        how = ENDED_FINALIZED if info.status == JobStatus.FINALIZED else (
+            ENDED_UNFILLED if cj.record.get("unfilled") else ENDED_REFUNDED)
+        summary = {"job": cj.job_id.hex(), "status": info.status.name, "ended": how, "providers": providers,
+                   "verdicts": cj.record["verdicts"]}
+        if cj.record.get("result_dir"):  # only a result whose root stood (client_result)
+            summary.update({k: cj.record[k] for k in ("result_dir", "result_from", "trace_root")})
+        if cj.record.get("result_dropped"):
+            summary["result_dropped"] = cj.record["result_dropped"]
+        return summary
 
     # -- refereeing: the duty's, this client hands it its jobs ----------------------------
 
@@ -581,14 +569,6 @@ def _decode(data: bytes) -> Envelope:
     from protocol import decode_envelope
 
     return decode_envelope(data)
-
-
-def _write_result(out: Path, weights: Path, trace_file: Path, job_file: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    for source, name in ((weights, "weights.safetensors"), (trace_file, "trace.json"), (job_file, "job.toml")):
-        tmp = out / f".{name}.tmp"
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, out / name)
 
 
 __all__ = ["ClientRole", "Phase", "SubmitOptions", "default_windows", "phase_of", "verified_summary"]

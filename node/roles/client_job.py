@@ -20,13 +20,19 @@ does the work of each state, which ends in one of that state's events:
              referees every dispute of the job, auditors' included: `referee.py`); the
              result fetched from a provider that did not lose, checked against its root
                  checked  every dispute ruled, the result in hand or none -> verified
-  verified   waiting for the challenge window to close, then settling on chain
-                 closed   settled: honest providers paid, losers slashed -> settled
-  unfilled   settling on chain: the price refunded
-                 closed                                                   -> unfilled
+  verified   waiting for the challenge window to close, then settling on chain; the
+             result handed over only if its provider's root stood (committed, never
+             slashed) in a finalized job, else dropped (and another that stood fetched)
+                 finalized paid out: honest providers paid, losers slashed  -> settled
+                 refunded  no root stood: the price back, no result          -> refunded
+  unfilled   settling on chain (anyone may, after the acceptance deadline): the price back
+                 refunded                                                   -> refunded
 
-A job is over (``done``) when it closed on chain or reached a state with no way out;
-every other state is resumed from its row after a restart.
+Reconciling after a restart, before any work: a job the chain settled while the client
+was away moves by ``finalized`` (from verified) or ``refunded`` (from any state); one
+the chain no longer knows is ``lost`` (``missing``; ``failed`` when it was never opened).
+A job is over (``done``) when it reached a state with no way out; every other state is
+resumed from its row after a restart.
 """
 from __future__ import annotations
 
@@ -43,21 +49,27 @@ from .disputes import RefereeSession
 from .provider import _terms
 
 SUBMITTED, OPENED, HANDED, VERIFYING, VERIFIED = "submitted", "opened", "handed", "verifying", "verified"
-SETTLED, UNFILLED, FAILED = "settled", "unfilled", "failed"
-DONE_STATES = (SETTLED, UNFILLED, FAILED)
+UNFILLED = "unfilled"  # not done: waiting for its refund
+SETTLED, REFUNDED, FAILED, LOST = "settled", "refunded", "failed", "lost"
+DONE_STATES = (SETTLED, REFUNDED, FAILED, LOST)
 # events: what the work of a state came to
 JOB_OPENED, JOB_MISSING = "opened", "missing"
 SEATS_FILLED, SEATS_UNFILLED = "filled", "unfilled"
-REPORTS_IN, RESULT_CHECKED, CLOSED = "reported", "checked", "closed"
+REPORTS_IN, RESULT_CHECKED = "reported", "checked"
+JOB_FINALIZED, JOB_REFUNDED = "finalized", "refunded"  # the job's final status on chain
 
 JOB_LIFE: dict[str, dict[str, str]] = {
-    SUBMITTED: {JOB_OPENED: OPENED, JOB_MISSING: FAILED},
-    OPENED: {SEATS_FILLED: HANDED, SEATS_UNFILLED: UNFILLED},
-    HANDED: {REPORTS_IN: VERIFYING},
-    VERIFYING: {RESULT_CHECKED: VERIFIED},
-    VERIFIED: {CLOSED: SETTLED},
-    UNFILLED: {CLOSED: UNFILLED},  # refunded: the row keeps saying why
+    SUBMITTED: {JOB_OPENED: OPENED, JOB_MISSING: FAILED, JOB_REFUNDED: REFUNDED},
+    OPENED: {SEATS_FILLED: HANDED, SEATS_UNFILLED: UNFILLED, JOB_MISSING: LOST, JOB_REFUNDED: REFUNDED},
+    HANDED: {REPORTS_IN: VERIFYING, JOB_MISSING: LOST, JOB_REFUNDED: REFUNDED},
+    VERIFYING: {RESULT_CHECKED: VERIFIED, JOB_MISSING: LOST, JOB_REFUNDED: REFUNDED},
+    VERIFIED: {JOB_FINALIZED: SETTLED, JOB_MISSING: LOST, JOB_REFUNDED: REFUNDED},
+    # Seats the client lost track of (it stopped while handing the job out) may still have filled.
+    UNFILLED: {JOB_REFUNDED: REFUNDED, JOB_FINALIZED: SETTLED, JOB_MISSING: LOST},
 }
+
+# How a job ended, as `gavel submit --wait` reports it (``ended`` in its summary).
+ENDED_FINALIZED, ENDED_REFUNDED, ENDED_UNFILLED, ENDED_FAILED = "finalized", "refunded", "unfilled", "failed"
 
 
 @dataclass
@@ -79,7 +91,7 @@ class ClientJob:
             self.state = JOB_LIFE[self.state][event]
         except KeyError:
             raise LocalError(f"job {self.job_id.hex()[:12]}: no event {event!r} in state {self.state!r}") from None
-        return event == CLOSED or self.state not in JOB_LIFE
+        return self.state not in JOB_LIFE
 
     def notify(self) -> None:
         self.changed.set()
@@ -168,7 +180,9 @@ def phase_of(state: str, record: dict, now: float, *, disputes_running: int = 0)
         status = (record.get("result") or {}).get("status", "")
         return Phase("settled", f"done on chain{f' ({status})' if status else ''}")
     if state == "unfilled":
-        return Phase("unfilled", "not enough providers took a seat; the price is refunded")
+        return Phase("unfilled", "not enough providers took a seat; refunding the price on chain")
+    if state == "refunded":
+        return Phase("refunded", "done on chain (REFUNDED): the price is back, no result")
     return Phase(state, state)
 
 
@@ -183,4 +197,13 @@ def verified_summary(cj: ClientJob) -> dict:
             "verdicts": r["verdicts"], "challenge_by": r["deadlines"]["challenge_by"]}
 
 
-__all__ = ["ClientJob", "JOB_LIFE", "Phase", "default_windows", "estimate_step_seconds", "phase_of", "verified_summary"]
+def ended(state: str, record: dict) -> str:
+    """How a job that is over ended: finalized, refunded, unfilled or failed (lost with its chain too)."""
+    if state == SETTLED:
+        return ENDED_FINALIZED
+    if state == REFUNDED:
+        return ENDED_UNFILLED if record.get("unfilled") else ENDED_REFUNDED
+    return ENDED_FAILED
+
+
+__all__ = ["ClientJob", "JOB_LIFE", "Phase", "default_windows", "ended", "estimate_step_seconds", "phase_of", "verified_summary"]

@@ -167,6 +167,24 @@ def load_training(job_file: Path) -> Any:
     return training
 
 
+def verified_trace(training: Any, state_hashes: list[bytes], final_file: str) -> str:
+    """A result's ``trace.json`` (``gavel-trace/1``), written by the client from what it
+    checked: the checkpoints' state hashes under the signed root that stood on chain, the
+    last one the delivered weights' (``final_file``). The provider's own trace file is never
+    copied: its losses and file names are the provider's word, so the losses stay empty and
+    no other checkpoint names a file."""
+    from repops_cupy.train import Trace, checkpoint_steps
+
+    spec = training.spec
+    steps = checkpoint_steps(spec.steps, spec.checkpoint_interval)
+    if len(steps) != len(state_hashes):
+        raise BundleError(f"{len(state_hashes)} state hashes for the job's {len(steps)} checkpoints")
+    last = len(steps) - 1
+    checkpoints = [{"index": i, "step": step, "state_hash": digest.hex(), "file": final_file if i == last else None}
+                   for i, (step, digest) in enumerate(zip(steps, state_hashes))]
+    return Trace(spec.name, training.identity().hex(), spec.steps, spec.checkpoint_interval, checkpoints).to_json()
+
+
 def check_terms(signed: Any, training: Any) -> Any:
     """The committed step program, once every commitment of the terms matches ``training``."""
     from repops_cupy.checkpoint import state_hash

@@ -127,6 +127,15 @@ async def test_wait_until_verified_returns_the_checked_result_before_settlement(
             summary = await client_role.wait(job_id, "verified")
             assert summary["state"] == "verified" and summary["result_dir"]
             assert (Path(summary["result_dir"]) / "weights.safetensors").exists()
+            # trace.json is the client's, from the hashes it checked: the signed root's, the last the weights'.
+            from repops_cupy.checkpoint import load_checkpoint
+            from repops_cupy.train import Trace
+
+            trace = Trace.load(Path(summary["result_dir"]) / "trace.json")
+            assert trace.root.hex() == summary["trace_root"] and trace.losses == []
+            assert bytes.fromhex(trace.checkpoints[-1]["state_hash"]) == load_checkpoint(
+                Path(summary["result_dir"]) / trace.checkpoints[-1]["file"])[2]
+            assert [c["step"] for c in trace.checkpoints] == [0, 2, 4, 6]
             assert cj.state == "verified" and not cj.done.is_set()  # the job goes on
             deadlines = cj.record["deadlines"]
             info = await client_role.ctx.chain.run(client_role.ctx.chain.settlement.job, job_id)
@@ -137,7 +146,9 @@ async def test_wait_until_verified_returns_the_checked_result_before_settlement(
             assert cj.record["options"]["accept_within"] == ACCEPT_WITHIN
             advance_embedded_chain(300)
             result = await client_role.wait(job_id)
-            assert result["status"] == JobStatus.FINALIZED.name
+            assert result["status"] == JobStatus.FINALIZED.name and result["ended"] == "finalized"
+            assert result["result_dir"] == summary["result_dir"]  # its root stood: the result stays
+            assert json.loads((Path(result["result_dir"]) / "result.json").read_text()) == result
             await trio.sleep(0.5)
             watchers.cancel_scope.cancel()
         order = ["submitted", "opened", "handed", "verifying", "verified", "settling", "settled"]
