@@ -1,4 +1,4 @@
-"""The node's SQLite database: jobs, commitments, disputes, peers.
+"""The node's SQLite database: jobs, commitments, disputes, peers, jobs final on chain.
 
 WAL mode with ``synchronous=FULL``: a write that returned has been fsynced, so a
 signed commitment we announced survives a crash (a node that forgot its own
@@ -60,6 +60,14 @@ MIGRATIONS: list[str] = [
         addrs     TEXT NOT NULL,
         last_seen REAL NOT NULL,
         failures  INTEGER NOT NULL DEFAULT 0
+    );
+    """,
+    # 1 -> 2: the keeper's memory of which jobs are over on chain (never read again)
+    """
+    CREATE TABLE final_on_chain (
+        job_id  BLOB PRIMARY KEY,
+        status  TEXT NOT NULL,
+        seen    REAL NOT NULL
     );
     """,
 ]
@@ -245,6 +253,22 @@ class Storage:
 
     def count_jobs_by_state(self) -> dict[str, int]:
         return {r[0]: r[1] for r in self._read("SELECT state, count(*) FROM jobs GROUP BY state")}
+
+    # -- jobs final on chain (the keeper's) -----------------------------------------
+
+    def mark_final(self, job_id: bytes, status: str) -> None:
+        """Remember that ``job_id`` is over on chain (``status``: FINALIZED or REFUNDED)."""
+        self._write("INSERT OR IGNORE INTO final_on_chain(job_id, status, seen) VALUES (?,?,?)",
+                    (job_id, status, time.time()))
+
+    def final_status(self, job_id: bytes) -> str | None:
+        rows = self._read("SELECT status FROM final_on_chain WHERE job_id=?", (job_id,))
+        return rows[0][0] if rows else None
+
+    def jobs_not_final(self) -> list[bytes]:
+        """The ids of the jobs of every role not (yet) known to be over on chain, oldest first."""
+        return [r[0] for r in self._read("SELECT job_id FROM jobs WHERE job_id NOT IN"
+                                         " (SELECT job_id FROM final_on_chain) ORDER BY updated")]
 
     # -- commitments -----------------------------------------------------------
 
