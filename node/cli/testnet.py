@@ -29,6 +29,11 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LAUNCH = 0, 1, 2, 3
 SWEEP_MAX_RUNNING = 6
 
 
+def chaos_wave(jobs: int) -> int:
+    """A chaos run's jobs under way at once: half of them, so a second wave starts after the chain restart."""
+    return max(1, -(-jobs // 2))
+
+
 def _parser() -> argparse.ArgumentParser:
     from node.testnet.plan import DEFAULT_JOB, TestnetOptions
     from node.testnet.sweep import DEFAULT_RATES
@@ -67,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(mode="in-process")
     p.add_argument("--chain", choices=("embedded", "anvil"), default=None,
                    help="settlement chain (default: embedded in-process, anvil with --processes)")
+    p.add_argument("--chaos", action="store_true",
+                   help="kill -9 and restart random nodes during the run (with --processes, once the chain too) "
+                        "and check the invariants: no coin locked, no wrong result, no honest loss, escrow back "
+                        "or paid for a verified result, the chain's balances summing up")
+    p.add_argument("--kills", type=int, default=d.kills, help="node kills of a --chaos run")
     p.add_argument("--out", type=Path, default=Path("testnet-out"), help="output folder")
     p.add_argument("--sweep", action="store_true", help="run one network per audit rate and compare catch rates")
     p.add_argument("--rates", default=",".join(f"{r:g}" for r in DEFAULT_RATES), help="audit rates of --sweep")
@@ -101,8 +111,12 @@ def testnet_main(argv: list[str]) -> int:
             replicas=args.replicas, seed=args.seed, steps=args.steps, checkpoint_every=args.checkpoint_every,
             job_file=args.job.resolve(), strategies=strategies or (SWEEP_STRATEGIES if args.sweep else ()),
             capacity=args.capacity, accept_within=args.accept_within, commit_within=args.commit_within,
-            challenge_within=args.challenge_within,
-            max_running=args.max_running if args.max_running is not None else (SWEEP_MAX_RUNNING if args.sweep else 0))
+            challenge_within=args.challenge_within, chaos=args.chaos, kills=args.kills,
+            max_running=args.max_running if args.max_running is not None else (
+                SWEEP_MAX_RUNNING if args.sweep else chaos_wave(args.jobs) if args.chaos else 0))
+        if args.chaos and args.sweep:
+            raise ValueError("--chaos and --sweep: one at a time")
+
         if args.sweep and (len(rates) < 1 or not all(0 < r <= 1 for r in rates)):
             raise ValueError("--rates: audit rates in (0, 1]")
         if args.sweep and args.auditors < 1:
@@ -139,6 +153,23 @@ def _check_out(out: Path, marker: str) -> None:
         raise ValueError(f"--out {out} is not empty and holds no earlier testnet: choose another --out")
 
 
+def print_chaos(chaos: dict) -> None:
+    """Every fault and how the network recovered, then each invariant with its verdict."""
+    print(f"chaos: {chaos['kills']} node kill(s), {chaos['chain_restarts']} chain restart(s)")
+    for f in chaos["faults"]:
+        down = f"down {f['restarted_at'] - f['at']:.1f} s" if f["restarted_at"] is not None else "not restarted"
+        print(f"  [{f['at']:7.1f} s] kill {f['kind']} {f['target'] or '-'} ({down}){': ' + f['detail'] if f['detail'] else ''}")
+        for line in f["recovery"]:
+            print(f"      {line}")
+    for seg in chaos["lost_with_chain"]["segments"]:
+        print(f"  chain {seg['chain']} killed at {seg['killed_at']:.1f} s: {len(seg['jobs_unsettled'])} unsettled "
+              f"job(s), {seg['escrow_unsettled_wei']} wei of escrow lost with it by design")
+    for check in chaos["invariants"]:
+        print(f"  invariant {check['name']}: {'holds' if check['ok'] else 'BROKEN'}")
+    if not chaos["keeper_in_tree"]:
+        print("  (no keeper loop in this tree: jobs are settled by their own parties only)")
+
+
 def print_summary(report: dict, out: Path) -> None:
     s = report["summary"]
     print(f"\n{'OK' if s['ok'] else 'FAILED'}: {s['jobs']} jobs, {s['cheats']} cheats "
@@ -150,6 +181,8 @@ def print_summary(report: dict, out: Path) -> None:
         print(f"  unaudited cheats: {unaudited}")
     for failure in s.get("failures", []):
         print(f"  - {failure}")
+    if "chaos" in report:
+        print_chaos(report["chaos"])
     catch = report.get("catch") or {}
     for p in catch.get("points", []):
         if p["trials"]:

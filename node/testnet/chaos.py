@@ -30,6 +30,7 @@ CHAIN = "chain"
 KIND_WEIGHTS = {PROVIDER: 3, AUDITOR: 1, CLIENT: 2}
 DOWN_FOR = (2.0, 8.0)   # seconds a killed node stays down, drawn in this range
 FIRST_FAULT = 3.0       # seconds after the jobs began
+SETTLE_GRACE = 45.0     # seconds after the last final deadline for the parties (or a keeper) to settle
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ def plan_faults(seed: int, kills: int, span: float, *, kinds: tuple[str, ...], c
     return sorted(faults, key=lambda f: f.at)
 
 
-def schedule_for(options: Any, *, chain_fault: bool) -> list[PlannedFault]:
+def schedule_for(options: Any, *, chain_fault: bool,
+                 kinds: tuple[str, ...] = (PROVIDER, AUDITOR, CLIENT)) -> list[PlannedFault]:
     """The run's faults: ``options.kills`` node kills over the jobs' expected span (the jobs in
     waves of ``max_running``, each wave its three windows), and with ``chain_fault`` the chain
     killed once, while the first wave is training (its jobs are lost, the later waves run on
@@ -68,9 +70,33 @@ def schedule_for(options: Any, *, chain_fault: bool) -> list[PlannedFault]:
     running = o.max_running or o.jobs or 1
     waves = -(-max(1, o.jobs) // running)
     life = o.accept_within + o.commit_within + o.challenge_within
-    kinds = tuple(k for k, n in ((PROVIDER, o.nodes), (AUDITOR, o.auditors), (CLIENT, o.jobs)) if n)
+    kinds = tuple(k for k, n in ((PROVIDER, o.nodes), (AUDITOR, o.auditors), (CLIENT, o.jobs)) if n and k in kinds)
     chain_at = o.accept_within + o.commit_within / 2 if chain_fault else None
-    return plan_faults(o.seed, o.kills, waves * life, kinds=kinds, chain_at=chain_at)
+    # the first wave dies with the chain, so the later ones start then
+    span = chain_at + (waves - 1) * life if chain_at is not None and waves > 1 else waves * life
+    return plan_faults(o.seed, o.kills, span, kinds=kinds, chain_at=chain_at)
+
+
+async def wait_final(net: Any, chaos: Any) -> None:
+    """Wait until every fault of ``chaos`` fired and every killed node is back, then until every job
+    of the network's chain is final or its last final deadline (chain time) passed by SETTLE_GRACE."""
+    import trio
+
+    while True:
+        await net.poll_chain()
+        jobs = list(net.ledger.jobs.values())
+        if chaos.schedule_done:
+            if jobs and all(j.settled for j in jobs):
+                return
+            last = max((j.final_deadline for j in jobs), default=0)
+            now = await net.chain_time()
+            if now > last + SETTLE_GRACE:
+                return
+            net.phase = f"waiting for the final deadlines ({max(0, last - now)} s left)"
+        else:
+            net.phase = "waiting for the last faults"
+        net.on_progress(net)
+        await trio.sleep(2.0)
 
 
 @dataclass
@@ -148,6 +174,8 @@ def describe_recovery(fault: Fault, segments: list[Segment], accounts: dict[str,
             states = sorted({a.state for a in audits if a.auditor == fault.target and a.job_id == job.job_id})
             lines.append(f"job {job.job_id.hex()[:12]} was under way: its audit ended "
                          f"{'/'.join(states) if states else 'missing'}; job {job.status.name}")
+    if fault.kind in (PROVIDER, AUDITOR) and len(lines) == 1:
+        lines.append("no job of its was under way")
     elif fault.kind == CLIENT:
         for sub in submissions:
             if client_of.get(sub.index) != fault.target:
@@ -210,4 +238,4 @@ def _chain_recovery(fault: Fault, segments: list[Segment]) -> list[str]:
     return lines
 
 
-__all__ = ["CHAIN", "Fault", "PlannedFault", "chaos_report", "choose_victim", "describe_recovery", "plan_faults", "schedule_for"]
+__all__ = ["CHAIN", "Fault", "PlannedFault", "chaos_report", "choose_victim", "describe_recovery", "plan_faults", "schedule_for", "wait_final"]

@@ -4,8 +4,8 @@ Both modes run the real node (`node.runtime.Node` with its roles) from real data
 directories under ``OUT/nodes/NAME``, real libp2p hosts on 127.0.0.1 and the real
 settlement contract:
 
-- in-process: every node a task of one trio process, all on the process's embedded
-  EVM (or on anvil with ``--chain anvil``): many nodes, little memory;
+- in-process (`inprocess.InProcessNetwork`): every node a task of one trio process, all
+  on the process's embedded EVM (or on anvil with ``--chain anvil``): many nodes, little memory;
 - processes (`processes.ProcessNetwork`): every node its own ``gavel node start``
   process, on one anvil chain; each job goes in through its own ``gavel submit``.
 
@@ -19,18 +19,19 @@ so the graph is connected with a few links per node and no hub.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import shutil
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import trio
 
 from ..config import make_config, setting_default
 from ..datadir import init_datadir
+from .invariants import BalanceRead, Segment
 from .ledger import Ledger
 from .plan import AUDITOR, CLIENT, PROVIDER, NodePlan, TestnetOptions, TestnetPlan
 from .report import Audit, NodeInfo, Submission, audit_from_entry
@@ -63,6 +64,7 @@ LAG_PROBE = 0.1  # seconds
 # In one process every host shares one event loop: a dial or request takes loop turns that
 # grow with the network (200 nodes: loop lag p99 1.5 s, every dial over the default 5 s).
 IN_PROCESS_TIMEOUT_PER_NODE = 0.15  # seconds added to dial and request timeouts per node
+BURN_ADDRESS = "0x000000000000000000000000000000000000dEaD"  # GavelSettlement.BURN_ADDRESS
 MAX_CHAIN_GAIN = 5.0  # seconds the chain's clock may gain on the wall clock before the next job is submitted
 
 
@@ -183,6 +185,9 @@ class RunRecords:
     timings: dict[str, float] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
     mismatches: list[str] = field(default_factory=list)  # ledger vs contract
+    segments: list[Segment] = field(default_factory=list)  # the chain's books, one per chain the run lived on
+    chaos: Any = None  # the run's fault injector (its faults, the jobs lost with a chain), when it had one
+    client_of: dict[int, str] = field(default_factory=dict)  # job index -> the node name of its client
 
 
 ProgressHook = Callable[["Network"], None]
@@ -211,6 +216,8 @@ class Network:
         self._settlement: Any = None
         self._binding: Any = None
         self.loop_lags: list[float] = []
+        self.segments: list[Segment] = []  # one per chain the run lived on (a chaos run restarts it once)
+        self._poll_lock = trio.Lock()  # a balance reading sees the ledger fed to its own block
         self._start_lead: float | None = None  # the chain clock's lead over the wall clock when the jobs began
 
     def now(self) -> float:
@@ -249,8 +256,10 @@ class Network:
 
     # -- the observer: the contract's events ------------------------------------------------
 
-    def open_observer(self, chain_setting: str) -> None:
-        """Bind to the contract (deploying it on a fresh chain) with the observer's own key (blocking)."""
+    def open_observer(self, chain_setting: str, *, fresh: bool = False) -> None:
+        """Bind to the contract (deploying it on a fresh chain) with the observer's own key, and start
+        a segment of the run's books (blocking). ``fresh``: a chain started for this run, read from
+        its first block."""
         from ..roles.chain import open_binding_sync
         from .plan import node_seed
 
@@ -258,12 +267,32 @@ class Network:
         self._binding = open_binding_sync(config, node_seed(self.options.seed, OBSERVER))
         self._binding.ensure_funds_sync(0)  # the embedded EVM refuses even a read from an account that cannot pay gas
         self._settlement = self._binding.settlement
-        # The process's embedded chain outlives a run (a sweep runs several): this run's story starts now.
-        self.ledger.last_block = self._binding.chain.block_number()
+        if fresh:
+            self.ledger = Ledger()  # a fresh chain: its whole story is this run's
+        else:
+            # The process's embedded chain outlives a run (a sweep runs several): this run's story starts now.
+            self.ledger.last_block = self._binding.chain.block_number()
+        start = max(0, self.ledger.last_block)
+        contract, burn = self._balances_at(start)
+        self.segments.append(Segment(len(self.segments), self.ledger, self.now(), contract, burn))
+
+    def _balances_at(self, block: int) -> tuple[int, int]:
+        """(the contract's ether, the burn address's ether) at ``block`` (blocking)."""
+        from contracts.chain import _int
+
+        chain, burn = self._binding.chain, BURN_ADDRESS
+        address = self._settlement.address
+        if hasattr(chain, "tester"):
+            return chain.tester.get_balance(address, block), chain.tester.get_balance(burn, block)
+        return (_int(chain.rpc("eth_getBalance", address, hex(block))),
+                _int(chain.rpc("eth_getBalance", burn, hex(block))))
 
     async def poll_chain(self) -> int:
+        async with self._poll_lock:
+            return await self._poll_to(await self._binding.run(self._binding.chain.block_number))
+
+    async def _poll_to(self, head: int) -> int:
         binding = self._binding
-        head = await binding.run(binding.chain.block_number)
         if head <= self.ledger.last_block:
             return 0  # anvil refuses a log query that starts past its head
         events = await binding.run(self._settlement.events, self.ledger.last_block + 1, head)
@@ -272,9 +301,26 @@ class Network:
             self.on_progress(self)
         return fed
 
+    async def read_balances(self, label: str) -> BalanceRead:
+        """The chain's ether and the ledger's books at the chain's head, as one reading of the
+        current segment (the balance-sum invariant checks them)."""
+        async with self._poll_lock:
+            binding = self._binding
+            head = await binding.run(binding.chain.block_number)
+            await self._poll_to(head)
+            contract, burn = await binding.run(self._balances_at, head)
+            read = BalanceRead(label, self.now(), head, contract, burn, self.ledger.money())
+        self.segments[-1].reads.append(read)
+        return read
+
     async def watch_chain(self) -> None:
+        from ..roles.chain import chain_failures
+
         while True:
-            await self.poll_chain()
+            try:
+                await self.poll_chain()
+            except chain_failures() as error:  # a chain that went away (a chaos run kills it) is read again later
+                log.info("reading the chain's events: %s", error)
             await trio.sleep(POLL_INTERVAL)
 
     async def _watch_chain_clock(self) -> None:
@@ -365,8 +411,14 @@ class Network:
         for sub in self.submissions:
             if sub.job_id is not None and sub.result is None:
                 sub.result = results.get(sub.job_id)
+        client_of = {job.index: job.client for job in self.plan.jobs}
         return RunRecords(list(self.infos.values()), self.submissions, self.ledger, audits,
-                          verdicts, self.run_dirs(), dict(self.timings), memory)
+                          verdicts, self.run_dirs(), dict(self.timings), memory, segments=self.segments,
+                          chaos=getattr(self, "chaos", None), client_of=client_of | self.client_names())
+
+    def client_names(self) -> dict[int, str]:
+        """Job index -> the node name of its client, where it differs from the plan's."""
+        return {}
 
     def _plan_nodes(self) -> None:
         for node in self.plan.nodes:
@@ -375,10 +427,34 @@ class Network:
             self.infos[node.name] = NodeInfo(node.name, node.role, account, peer_id_of(node.seed), node.cheat,
                                              node.cheat_rate)
 
+    async def chain_time(self) -> int:
+        """The chain's clock; 0 while the chain does not answer (a chaos run kills it once)."""
+        from ..roles.chain import chain_failures
+
+        async with self._poll_lock:
+            try:
+                return await self._binding.run(self._binding.chain.now)
+            except chain_failures():
+                return 0
+
+    @asynccontextmanager
+    async def chain_swap(self) -> AsyncIterator[None]:
+        """Hold the observer off the chain while it is replaced (no reading sees half of two chains)."""
+        async with self._poll_lock:
+            yield
+
+    def rebind_observer(self, chain_setting: str) -> None:
+        """Join a fresh chain at ``chain_setting`` as a new segment of the run's books (blocking)."""
+        if self._binding is not None:
+            self._binding.close()
+        self.open_observer(chain_setting, fresh=True)
+
     async def chain_clock_gain(self) -> float:
         """Seconds the chain's clock has gained on this machine's since the jobs began."""
-        binding = self._binding
-        lead = await binding.run(binding.chain.now) - time.time()
+        now = await self.chain_time()
+        if not now:
+            return 0.0  # no chain to read: nothing gained
+        lead = now - time.time()
         if self._start_lead is None:
             self._start_lead = lead
         gain = lead - self._start_lead
@@ -421,84 +497,4 @@ class Network:
         self.on_progress(self)
 
 
-# -- in one process ----------------------------------------------------------------------------
-
-
-class InProcessNetwork(Network):
-    async def run(self) -> RunRecords:
-        from ..cheats import STRATEGIES
-        from ..logs import configure_logging
-        from ..runtime import Node
-        from ..roles.context import context_of
-
-        configure_logging("info", file=self.out / "testnet.log")
-        self._plan_nodes()
-        self.shared_loop_nodes = len(self.plan.nodes)
-        chain_setting = "embedded"
-        anvil = None
-        if self.chain_kind == "anvil":
-            from contracts import AnvilProcess
-
-            anvil = AnvilProcess().start()
-            chain_setting = anvil.url
-        try:
-            await trio.to_thread.run_sync(self.open_observer, chain_setting)
-            rss_before, _ = rss_bytes()
-            nodes: dict[str, Node] = {}
-            links = bootstrap_links(len(self.plan.nodes), self.options.seed)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.watch_chain)
-                nursery.start_soon(self.watch_loop_lag)
-                for i, plan_node in enumerate(self.plan.nodes):
-                    bootstrap = [nodes[self.plan.nodes[j].name].host.listen_addrs[0] for j in links[i]]
-                    values = node_settings(plan_node, self.options, chain=chain_setting,
-                                           listen="/ip4/127.0.0.1/tcp/0", bootstrap=bootstrap, log_file="",
-                                           shared_loop_nodes=self.shared_loop_nodes)
-                    config = init_node_dir(self.node_dir(plan_node.name), plan_node.seed, values)
-                    node = Node(config, plan_node.seed, cheats=STRATEGIES if plan_node.cheat else None)
-                    # The peers table is not needed here, and its recorder dies on a peer known only by an
-                    # inbound connection (libp2p's PeerStoreError is no BaseLibp2pError), taking the node along.
-                    node.record_interval = PEER_RECORD_OFF
-                    await nursery.start(node.run)
-                    nodes[plan_node.name] = node
-                    self.infos[plan_node.name].pid = os.getpid()
-                    self.on_progress(self)
-                self.timings["nodes_started_at"] = self.now()
-                self.phase = "registering"
-                await self.wait_registered(timeout=60 + len(nodes))
-                rss_after, _ = rss_bytes()
-                self.timings["network_ready_at"] = self.now()
-
-                async def submit(sub: Submission) -> None:
-                    client = context_of(nodes[sub.client]).roles["client"]
-                    addrs = [nodes[name].host.listen_addrs[0] for name in self.plan.jobs[sub.index].providers]
-                    try:
-                        sub.job_id = await client.submit(Path(sub.job_file), self.submit_options(addrs))
-                        self.on_progress(self)
-                        sub.result = await client.wait(sub.job_id)
-                    except Exception as error:  # a job that fails is reported, the run goes on
-                        log.warning("job %d: %s", sub.index, error)
-                        sub.error = f"{type(error).__name__}: {error}"
-                    sub.done_at = self.now()
-                    self.on_progress(self)
-
-                for name, node in nodes.items():  # every role object up before the first job
-                    while (ctx := context_of(node)) is None or not ctx.roles:
-                        await trio.sleep(0.05)
-                await self._run_jobs(submit, self.job_lifetime)
-                mismatches = await trio.to_thread.run_sync(self.mismatches)
-                nursery.cancel_scope.cancel()
-            memory = {"mode": "in-process", "process_rss_bytes": rss_after, "rss_before_nodes_bytes": rss_before,
-                      "per_node_bytes": (rss_after - rss_before) / max(1, len(nodes)), "peak_rss_bytes": rss_bytes()[1]}
-            self.timings.update(self.loop_lag_summary())
-            records = self.records(memory)
-            records.mismatches = mismatches
-            return records
-        finally:
-            if self._binding is not None:
-                self._binding.close()
-            if anvil is not None:
-                anvil.stop()
-
-
-__all__ = ["InProcessNetwork", "LaunchError", "Network", "RunRecords", "bootstrap_links", "prepare_out_dir"]
+__all__ = ["LaunchError", "Network", "RunRecords", "bootstrap_links", "prepare_out_dir"]

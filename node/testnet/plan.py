@@ -61,6 +61,8 @@ class TestnetOptions:
     move_timeout: float = TESTNET_JOB_SETTINGS.move_timeout
     clock: float = TESTNET_JOB_SETTINGS.clock
     max_running: int = 0              # jobs under way at once (0: no limit); the next waits for a slot
+    chaos: bool = False               # kill and restart nodes (and, with processes, once the chain) during the run
+    kills: int = 10                   # node kills of a chaos run
 
     def __post_init__(self) -> None:
         checks = [
@@ -75,6 +77,7 @@ class TestnetOptions:
             (self.steps >= 1 and self.checkpoint_every >= 1, "--steps and --checkpoint-every: positive"),
             (self.capacity >= 1, "--capacity: at least one job"),
             (self.max_running >= 0, "--max-running: not negative"),
+            (self.kills >= 0, "--kills: not negative"),
             (min(self.accept_within, self.commit_within, self.challenge_within, self.move_timeout, self.clock) > 0,
              "job windows and dispute clocks: positive"),
         ]

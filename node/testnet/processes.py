@@ -26,6 +26,7 @@ import trio
 from .launcher import (
     LaunchError, Network, RunRecords, account_of, bootstrap_links, init_node_dir, node_settings, peer_id_of, rss_bytes,
 )
+from .chaos import wait_final
 from .plan import AUDITOR, CLIENT, JobPlan, NodePlan, node_seed
 from .report import NodeInfo, Submission
 from .threads import one_thread_per_node
@@ -67,6 +68,19 @@ class ProcessNetwork(Network):
         self.processes: dict[str, subprocess.Popen] = {}
         self.peak_rss: dict[str, int] = {}
         self.client_dirs: dict[int, str] = {}  # job index -> its client's node name
+        self.commands: dict[str, list[str]] = {}  # node name -> the command that (re)starts it as a node
+        self.env: dict[str, str] = {}
+        self.anvil: Any = None
+        self.chaos: Any = None  # a chaos_processes.ProcessChaos when the run injects faults
+        if self.options.chaos:
+            from .chaos_processes import ProcessChaos
+
+            self.chaos = ProcessChaos(self)
+
+    def chaos_schedule(self) -> list:
+        from .chaos import schedule_for
+
+        return schedule_for(self.options, chain_fault=True)
 
     def client_name(self, job: JobPlan) -> str:
         return f"{job.client}-job{job.index:03d}"
@@ -80,6 +94,21 @@ class ProcessNetwork(Network):
             self.infos[name] = info
             self.names[info.account] = name
             self.client_dirs[job.index] = name
+
+    def client_names(self) -> dict[int, str]:
+        return dict(self.client_dirs)
+
+    def recover_job_ids(self) -> None:
+        """A job whose `gavel submit` was killed before it printed the job's id: the id from its client's rows."""
+        from ..storage import Storage
+
+        for sub in self.submissions:
+            path = self.node_dir(self.client_dirs[sub.index]) / "gavel.db"
+            if sub.job_id is None and path.exists():
+                with Storage(path) as storage:
+                    rows = storage.jobs(role=CLIENT)
+                if rows:
+                    sub.job_id = rows[0].job_id
 
     def harvest_nodes(self) -> list[tuple[str, str]]:
         return [(n.name, n.role) for n in self.plan.nodes if n.role == AUDITOR] + \
@@ -98,15 +127,15 @@ class ProcessNetwork(Network):
         self._plan_clients()
         if self.chain_kind != "anvil":
             raise LaunchError("--processes needs a chain every process can reach: --chain anvil")
-        anvil = AnvilProcess(state_file=None).start()
+        self.anvil = AnvilProcess(state_file=None).start()
         try:
-            await trio.to_thread.run_sync(self.open_observer, anvil.url)
-            return await self._run_on(anvil.url)
+            await trio.to_thread.run_sync(lambda: self.open_observer(self.anvil.url, fresh=True))
+            return await self._run_on(self.anvil.url)
         finally:
             self._stop_all()
             if self._binding is not None:
                 self._binding.close()
-            anvil.stop()
+            self.anvil.stop()  # the chaos may have replaced the first
 
     def _address(self, node: NodePlan, port: int) -> str:
         return f"/ip4/127.0.0.1/tcp/{port}/p2p/{self.infos[node.name].peer_id}"
@@ -122,20 +151,22 @@ class ProcessNetwork(Network):
             values = node_settings(node, self.options, chain=url, listen=f"/ip4/127.0.0.1/tcp/{port}",
                                    bootstrap=[addresses[staked[j].name] for j in links[i]], log_file="node.log")
             init_node_dir(self.node_dir(node.name), node.seed, values)
-        for job in self.plan.jobs:
+        # A client listens on a port of its own, so that a client node restarted in its place (chaos)
+        # is where the job's providers were told to deliver.
+        client_ports = free_ports(len(self.plan.jobs))
+        for job, port in zip(self.plan.jobs, client_ports):
             name = self.client_dirs[job.index]
             init_node_dir(self.node_dir(name), node_seed(self.options.seed, name),
-                          {"roles": [CLIENT], "chain": url, "metrics_listen": "", "log_file": "node.log"})
+                          {"roles": [CLIENT], "chain": url, "metrics_listen": "", "log_file": "node.log",
+                           "listen": f"/ip4/127.0.0.1/tcp/{port}", "bootstrap": [addresses[p] for p in job.providers]})
+        self.env = env
+        for name in [n.name for n in staked] + list(self.client_dirs.values()):
+            self.commands[name] = [*CHILD, "node", "start", "--data-dir", str(self.node_dir(name))]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.watch_chain)
             nursery.start_soon(self._sample_memory)
             for node in staked:
-                out = open(self.node_dir(node.name) / "process.log", "ab")
-                self.processes[node.name] = subprocess.Popen(
-                    [*CHILD, "node", "start", "--data-dir", str(self.node_dir(node.name))],
-                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-                self.infos[node.name].pid = self.processes[node.name].pid
-                out.close()
+                self.start_node_process(node.name)
             self.timings["nodes_started_at"] = self.now()
             await self._wait_started(START_TIMEOUT)
             self.phase = "registering"
@@ -146,7 +177,17 @@ class ProcessNetwork(Network):
                 job = self.plan.jobs[sub.index]
                 await self._submit(sub, job, addresses, env)
 
+            await self.read_balances("network ready")
+            if self.chaos is not None:
+                nursery.start_soon(self.chaos.run, self.chaos_schedule(), self.now())
+                nursery.start_soon(self.chaos.watch_jobs)
             await self._run_jobs(submit, self.job_lifetime)
+            if self.chaos is not None:
+                self.phase = "waiting for the final deadlines"
+                await wait_final(self, self.chaos)
+                self.timings["final_wait_done_at"] = self.now()
+            self.segments[-1].chain_now = await self.chain_time()
+            await self.read_balances("end of the run")
             mismatches = await trio.to_thread.run_sync(self.mismatches)
             nursery.cancel_scope.cancel()
         self._stop_all()
@@ -158,9 +199,19 @@ class ProcessNetwork(Network):
                   "median_node_rss_bytes": node_peaks[len(node_peaks) // 2] if node_peaks else 0,
                   "max_node_rss_bytes": node_peaks[-1] if node_peaks else 0,
                   "total_rss_bytes": sum(node_peaks) + sum(client_peaks)}
+        self.recover_job_ids()
         records = self.records(memory)
         records.mismatches = mismatches
         return records
+
+    def start_node_process(self, name: str) -> subprocess.Popen:
+        """Start (or start again, from its data directory) ``gavel node start`` for node ``name``."""
+        with open(self.node_dir(name) / "process.log", "ab") as out:
+            process = subprocess.Popen(self.commands[name], stdout=out, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, env=self.env)
+        self.processes[name] = process
+        self.infos[name].pid = process.pid
+        return process
 
     def _fund_accounts(self) -> None:
         """Give every node's account ether for its stake, jobs and gas (blocking)."""
@@ -221,6 +272,8 @@ class ProcessNetwork(Network):
             finally:
                 if process.returncode is None:
                     process.terminate()
+        if self.chaos is not None and self.chaos.took_over(sub.index):
+            return  # killed by the chaos, or its chain lost: the chaos says when the job is over
         lines = output.decode(errors="replace").splitlines()
         if lines and lines[-1].startswith("{"):
             sub.result = json.loads(lines[-1])

@@ -21,9 +21,11 @@ from typing import Any
 
 import trio
 
+from .chaos import chaos_report
 from .display import LiveDisplay
 from .html import write_html
-from .launcher import InProcessNetwork, RunRecords, prepare_out_dir
+from .inprocess import InProcessNetwork
+from .launcher import RunRecords, prepare_out_dir
 from .plan import TestnetOptions, make_plan
 from .report import Observed, build_report, write_report
 from .sweep import catch_section
@@ -115,6 +117,10 @@ def run_testnet(options: TestnetOptions, out: Path, *, mode: str = IN_PROCESS, c
 
         network = ProcessNetwork(plan, out, chain=chain, on_progress=(display.update if display else None))
     records = trio.run(network.run)
+    # jobs that died with a killed chain are the chaos section's, not judged as jobs of the surviving chain
+    lost_indexes = records.chaos.lost if records.chaos is not None else set()
+    lost = [s for s in records.submissions if s.index in lost_indexes]
+    records.submissions = [s for s in records.submissions if s.index not in lost_indexes]
     if display:
         display.update(network, force=True)
     cpu = _cpu_seconds() - cpu_before
@@ -129,9 +135,16 @@ def run_testnet(options: TestnetOptions, out: Path, *, mode: str = IN_PROCESS, c
     report["ledger_mismatches"] = records.mismatches
     summary = report["summary"]
     summary["jobs_planned"] = len(plan.jobs)
-    if len(records.submissions) < len(plan.jobs):
+    if options.chaos:
+        report["chaos"] = chaos_report(records, {j: run.root for j, run in observed.honest.items()}, lost)
+        summary["jobs_lost_with_chain"] = len(lost)
+        summary["invariants_ok"] = report["chaos"]["invariants_ok"]
+        for check in report["chaos"]["invariants"]:
+            summary["failures"] += [f"invariant {check['name']}: {line}" for line in check["failures"]]
+        summary["ok"] = summary["ok"] and summary["invariants_ok"]
+    if len(records.submissions) + len(lost) < len(plan.jobs):
         summary["ok"] = False
-        summary["failures"].append(f"{len(plan.jobs) - len(records.submissions)} of {len(plan.jobs)} planned "
+        summary["failures"].append(f"{len(plan.jobs) - len(records.submissions) - len(lost)} of {len(plan.jobs)} planned "
                                    "job(s) never submitted before the run's deadline")
     if records.mismatches:
         summary["ok"] = False
