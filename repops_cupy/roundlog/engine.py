@@ -28,7 +28,7 @@ import blake3
 import numpy as np
 import torch
 
-from . import dropout, rounding
+from . import dropout, rounding, site_kernel
 from .codec import LogFormatError, StepLog
 from .rounding import F32, F64, UNIT_ROUNDOFF_F64, Decisions
 from .thresholds import Thresholds
@@ -89,6 +89,7 @@ class RoundingEngine:
         self.calib_source = calib_source
         self.record_site_digests = site_digests
         self.seed = seed  # the job's: keys the dropout masks
+        self.compiled = True  # round through site_kernel where numba is there (same bits; tests compare)
         self._calib_store: dict = {}
 
     # ------------------------------------------------------------ step / pass structure
@@ -247,9 +248,21 @@ class RoundingEngine:
             r = flat.to(F32)
             self._keep_for_digest(info, start, r)
             return r.to(F64).reshape(v.shape)
-        v2, d2 = self._bound(flat, info.chunk_numel, beta)
+        if site_kernel.AVAILABLE and self.compiled:
+            beta_u = beta * UNIT_ROUNDOFF_F64
+            if self.mode == "train":
+                r, dec = site_kernel.decide(flat, info.chunk_numel, beta_u)
+            else:
+                dec = self._entries_for(start, flat.numel())
+                r, rep = site_kernel.apply(flat, info.chunk_numel, beta_u, dec)
+        else:
+            v2, d2 = self._bound(flat, info.chunk_numel, beta)
+            if self.mode == "train":
+                r, dec = rounding.decide(v2, d2)
+            else:
+                dec = self._entries_for(start, flat.numel())
+                r, rep = rounding.apply(v2, d2, dec)
         if self.mode == "train":
-            r, dec = rounding.decide(v2, d2)
             if not repeat_of_shared:
                 nb, nv = dec.bit_pos.numel(), dec.value_pos.numel()
                 if nb:
@@ -259,14 +272,12 @@ class RoundingEngine:
                 st.entries += nb + nv
                 st.value_entries += nv
         else:
-            dec = self._entries_for(start, flat.numel())
-            r, rep = rounding.apply(v2, d2, dec)
             st.corrections += rep.corrections
             st.implausible += rep.implausible
             st.breaches += rep.breaches
             st.entries += dec.bit_pos.numel() + dec.value_pos.numel()
         self._keep_for_digest(info, start, r)
-        return r.to(F64).reshape(v.shape)
+        return (r if r.dtype == F64 else r.to(F64)).reshape(v.shape)
 
     def _keep_for_digest(self, info: SiteInfo, start: int, r: torch.Tensor) -> None:
         """Assemble the site's float32 values in canonical layout (only when digests are kept)."""
@@ -276,7 +287,7 @@ class RoundingEngine:
         if buf is None:
             buf = self._digest_bufs[info.base] = torch.zeros(info.canonical_numel, dtype=F32)
         at = start - info.base if info.kind != SHARED else 0
-        buf[at : at + r.numel()] = r
+        buf[at : at + r.numel()] = r  # float32 values: exact whether r is float32 or float64
 
     @staticmethod
     def _bound(flat: torch.Tensor, chunk: int, beta: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,12 +31,13 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import npbackend
 from .engine import RoundingEngine, RoundLogError
 from .rounding import F64
 from .thresholds import EXACT_OPS
+from .tree import flatten as tree_flatten
+from .tree import unflatten as tree_unflatten
 
 BATCH_ATTR = "_roundlog_batch"
 USES_ATTR = "_roundlog_uses"
@@ -225,9 +226,10 @@ class RoundingMode(TorchFunctionMode):
                 mark_batch(out)  # properties such as .T and .mT are views
             return out
         if name in PASSTHROUGH:
-            _count_uses(tree_flatten((args, kwargs))[0])
+            leaves = tree_flatten((args, kwargs))[0]
+            _count_uses(leaves)
             out = func(*args, **kwargs)
-            if any(is_batch(x) for x in tree_flatten((args, kwargs))[0]):
+            if any(is_batch(x) for x in leaves):
                 _mark_outputs(out)
             return out
         if name.startswith("inplace_") or (name.endswith("_") and not name.startswith("_")) or name == "__setitem__" \

@@ -99,13 +99,18 @@ def decide(v: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, Decisions]:
     v2, d2 = _as_rows(v, d)
     r = v2.to(F32).reshape(-1)
     idx, va, da = _candidates(v2, d2, v2.shape[1])
+    return r, entries_for(idx, va, da)
+
+
+def entries_for(idx: torch.Tensor, va: torch.Tensor, da: torch.Tensor) -> Decisions:
+    """The entries for the ambiguous positions ``idx`` (values ``va``, bounds ``da``)."""
     if idx.numel() == 0:
-        return r, Decisions(idx, torch.zeros(0, dtype=torch.bool), idx, torch.zeros(0, dtype=F32))
-    ra = r[idx]
+        return Decisions(idx, torch.zeros(0, dtype=torch.bool), idx, torch.zeros(0, dtype=F32))
+    ra = va.to(F32)
     lo, hi = bracket(va)
     narrow = da < BIT_ENTRY_MAX_D_OVER_SPACING * (hi - lo)
     bit_up = ra[narrow].to(F64) == hi[narrow]
-    return r, Decisions(idx[narrow], bit_up, idx[~narrow], ra[~narrow])
+    return Decisions(idx[narrow], bit_up, idx[~narrow], ra[~narrow])
 
 
 @dataclass
@@ -124,14 +129,22 @@ def apply(v: torch.Tensor, d: torch.Tensor, dec: Decisions) -> tuple[torch.Tenso
     """Auditor side: round a float64 tensor (shaped as for :func:`decide`), applying the entries."""
     v2, d2 = _as_rows(v, d)
     cols = v2.shape[1]
-    rep = ApplyReport()
     r = v2.to(F32).reshape(-1)
     dfull = d2.expand_as(v2)
+    rep = apply_entries(lambda p: (v2[p // cols, p % cols], dfull[p // cols, p % cols]), r, dec)
+    near, _, _ = _candidates(v2, d2, cols, half=True)
+    rep.breaches += unlogged(near, dec)
+    return r, rep
+
+
+def apply_entries(at, r: torch.Tensor, dec: Decisions) -> ApplyReport:
+    """Overwrite the plain rounding ``r`` (flat) at the logged positions; ``at(positions)``
+    gives the auditor's own float64 values and bounds there."""
+    rep = ApplyReport()
     for p, bits, values in ((dec.bit_pos, dec.bit_up, None), (dec.value_pos, None, dec.value)):
         if not p.numel():
             continue
-        rows, cs = p // cols, p % cols
-        vp, dp = v2[rows, cs], dfull[rows, cs]
+        vp, dp = at(p)
         lo, hi = bracket(vp)
         if values is None:
             mid = (lo + hi) * 0.5  # exact: lo and hi are float32 values
@@ -141,9 +154,12 @@ def apply(v: torch.Tensor, d: torch.Tensor, dec: Decisions) -> tuple[torch.Tenso
             want = values
             rep.implausible += int(((values.to(F64) - vp).abs() > 2 * dp + (hi - lo)).sum())
         rep.corrections += int((want != r[p]).sum())
-        r[p] = want
-    near, _, _ = _candidates(v2, d2, cols, half=True)
-    if near.numel():
-        logged = torch.cat([dec.bit_pos, dec.value_pos])
-        rep.breaches += int((~torch.isin(near, logged)).sum())
-    return r, rep
+        r[p] = want.to(r.dtype)
+    return rep
+
+
+def unlogged(near: torch.Tensor, dec: Decisions) -> int:
+    """How many of the positions ``near`` (within D/2 of a midpoint) carry no entry: breaches."""
+    if not near.numel():
+        return 0
+    return int((~torch.isin(near, torch.cat([dec.bit_pos, dec.value_pos]))).sum())
