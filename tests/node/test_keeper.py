@@ -14,7 +14,7 @@ from node.roles.keeper import keeper_of
 from node.runtime import Node
 
 from .conftest import trio_test
-from .test_roles_support import role, start_node, wait_for, write_job
+from .test_roles_support import advance_embedded_chain, role, start_node, wait_for, write_job
 
 PRICE, STAKE = ETHER, ETHER
 
@@ -65,4 +65,45 @@ async def test_an_unfilled_job_whose_client_is_gone_is_refunded_by_another_nodes
         assert await chain.run(s.credit_of, client_account) == 0
         gas_allowance = ETHER // 100
         assert await chain.run(chain.chain.balance, client_account) >= client_balance + PRICE - gas_allowance
+        nursery.cancel_scope.cancel()
+
+
+@trio_test(timeout=120)
+async def test_a_disputed_job_whose_referee_is_gone_is_lapsed_and_settled_by_a_keeper(tmp_path):
+    from contracts import DisputeOpened, DisputeStatus, Role
+    from node.roles.chain import _embedded_chain
+    from node.roles.context import encode_record
+    from node.storage import Job
+
+    async with trio.open_nursery() as nursery:
+        watcher = await start_node(nursery, tmp_path / "auditor", ["auditor"])
+        await role(watcher, "auditor")
+        shared = _embedded_chain()
+        binding = context_of(watcher).chain
+        # A job played on the real contract by accounts of no node here: two providers commit
+        # different roots, one disputes the other, and the client (its referee) vanishes.
+        client, p1, p2 = [a for a in shared.chain.accounts if a != binding.account][-3:]
+        as_ = binding.settlement.connect
+        job_id = bytes(range(32))
+        with shared.lock:
+            for i, p in enumerate((p1, p2)):
+                as_(p).register(bytes([i + 1]) * 32, Role.PROVIDER, stake=2 * ETHER)
+            now = shared.chain.now()
+            as_(client).open_job(job_id, price=PRICE, providers_wanted=2, provider_stake=STAKE, accept_by=now + 100,
+                                 commit_by=now + 200, challenge_by=now + 300, ruling_period=50)
+            for p in (p1, p2):
+                as_(p).accept(job_id)
+            for i, p in enumerate((p1, p2)):
+                as_(p).commit(job_id, bytes([9 + i]) * 32)
+            dispute = as_(p1).open_dispute(job_id, p2).one(DisputeOpened).dispute_id
+        # The node knows the job (an auditor's row); nobody rules by the ruling deadline.
+        await watcher.storage.run(watcher.storage.put_job, Job(job_id, encode_record({}), "auditor", "watching"))
+        advance_embedded_chain(400)
+        await wait_for(lambda: (k := keeper_of(watcher)) is not None and job_id in k.settled, timeout=60)
+        s = binding.settlement
+        assert (await binding.run(s.dispute, dispute)).status == DisputeStatus.LAPSED
+        assert (await binding.run(s.job, job_id)).status == JobStatus.FINALIZED  # both roots stood: both paid
+        for p in (p1, p2):
+            assert (await binding.run(s.node, p)).locked == 0
+            assert await binding.run(s.credit_of, p) == PRICE // 2
         nursery.cancel_scope.cancel()
