@@ -169,7 +169,7 @@ def describe_recovery(fault: Fault, segments: list[Segment], accounts: dict[str,
             lines.append(what)
     elif fault.kind == AUDITOR:
         for job in ledger.jobs.values():
-            if not job.commits or (job.settled_at is not None and job.settled_at < fault.at):
+            if job.opened_at > fault.at or (job.settled_at is not None and job.settled_at < fault.at):
                 continue
             states = sorted({a.state for a in audits if a.auditor == fault.target and a.job_id == job.job_id})
             lines.append(f"job {job.job_id.hex()[:12]} was under way: its audit ended "
