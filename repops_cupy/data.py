@@ -17,7 +17,9 @@ So a provider can prove any shard against the root a job names, and two parties 
 agree on the root agree on every example.
 
 Sources: ``builtin:sonnets`` (the shipped corpus, see `datasets/README.md`), a UTF-8
-text file (char-level: the vocabulary is the sorted set of its characters), a raw
+text file (char-level: the vocabulary is the sorted set of its characters; or a
+byte-level BPE, `tokenizer`, whose ``tokenizer.json`` bytes are the data set's
+``tokenizer`` array, so the root commits to the tokenizer as well as the ids), a raw
 token file (nanoGPT-style flat binary of one integer dtype), ``.npy`` files (1-D
 tokens, or features with a labels file), and a synthetic classification set made
 from the job seed.
@@ -43,7 +45,7 @@ from typing import Mapping
 
 import numpy as np
 
-from . import rng
+from . import rng, tokenizer
 from .hashing import hash_tensor, state_root
 from .merkle import leaf_hash, merkle_root_of_hashes
 
@@ -64,6 +66,7 @@ class DataError(ValueError):
 class Dataset:
     arrays: Mapping[str, np.ndarray]
     vocab: str = ""  # char-level text: token id i is vocab[i]
+    tokenizer_json: bytes = b""  # BPE text: the tokenizer that made the ids
     vocab_size: int = 0  # language data
     n_classes: int = 0  # classification data
     _root: list = field(default_factory=list, repr=False, compare=False)
@@ -85,6 +88,8 @@ class Dataset:
         return self._root[0]
 
     def decode(self, ids: np.ndarray) -> str:
+        if self.tokenizer_json:
+            return tokenizer.decode(self.tokenizer_json, ids)
         if not self.vocab:
             return " ".join(str(int(i)) for i in ids)
         return "".join(self.vocab[int(i)] for i in ids)
@@ -121,6 +126,40 @@ def text_dataset(text: str) -> Dataset:
     dtype = np.uint16 if len(vocab) <= 1 << 16 else np.int32
     tokens = np.fromiter((lookup[c] for c in text), dtype=dtype, count=len(text))
     return Dataset({"tokens": tokens}, vocab=vocab, vocab_size=len(vocab))
+
+
+def bpe_dataset(text: str, tokenizer_json: bytes, vocab_size: int, where: str = "data.tokenizer") -> Dataset:
+    """BPE tokens of a text; the tokenizer's bytes are an array of the data set (bound by its root)."""
+    try:
+        tokens = tokenizer.encode(tokenizer_json, text, vocab_size, where)
+    except tokenizer.TokenizerError as exc:
+        raise DataError(str(exc)) from None
+    if len(tokens) < 2:
+        raise DataError("the text gives fewer than two BPE tokens")
+    arrays = {"tokens": tokens, "tokenizer": np.frombuffer(tokenizer_json, dtype=np.uint8).copy()}
+    return Dataset(arrays, vocab_size=vocab_size, tokenizer_json=bytes(tokenizer_json))
+
+
+def tokenized_text(text: str, data_spec, base_dir: str | Path) -> Dataset:
+    """The data set of a text under the job's tokenizer: "char", "bpe" (trained here) or a tokenizer.json."""
+    choice = getattr(data_spec, "tokenizer", "char")
+    if choice == "char":
+        return text_dataset(text)
+    if choice == "bpe":
+        try:
+            raw = tokenizer.train_bpe(text, data_spec.vocab_size)
+        except tokenizer.TokenizerError as exc:
+            raise DataError(str(exc)) from None
+        return bpe_dataset(text, raw, data_spec.vocab_size)
+    path = _resolve(choice, base_dir)
+    if not path.exists():
+        raise DataError(f"data.tokenizer: no such file {path}")
+    return bpe_dataset(text, path.read_bytes(), data_spec.vocab_size, f"data.tokenizer ({path.name})")
+
+
+def _resolve(path: str, base_dir: str | Path) -> Path:
+    full = Path(path).expanduser()
+    return full if full.is_absolute() else Path(base_dir) / full
 
 
 @functools.cache
@@ -179,21 +218,22 @@ def load_dataset(data_spec, seed: int, base_dir: str | Path = ".") -> Dataset:
         return synthetic_classification(seed, data_spec.n_samples, data_spec.n_features, data_spec.n_classes)
     path = data_spec.path
     if kind == "text" and path.startswith("builtin:"):
-        return text_dataset(builtin_text(path.removeprefix("builtin:")))
-    full = Path(path).expanduser()
-    if not full.is_absolute():
-        full = Path(base_dir) / full
+        return tokenized_text(builtin_text(path.removeprefix("builtin:")), data_spec, base_dir)
+    full = _resolve(path, base_dir)
     if not full.exists():
         raise DataError(f"data.path: no such file {full}")
     if kind == "text":
-        return text_dataset(full.read_text(encoding="utf-8"))
+        try:
+            text = full.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"data.path: {full.name} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        return tokenized_text(text, data_spec, base_dir)
     if kind == "tokens":
         return token_dataset(np.fromfile(full, dtype=np.dtype(data_spec.dtype).newbyteorder("<")), data_spec.vocab_size)
     arr = np.load(full, allow_pickle=False)
     if not data_spec.labels:
         return token_dataset(arr, data_spec.vocab_size)
-    labels = Path(data_spec.labels).expanduser()
-    labels = labels if labels.is_absolute() else Path(base_dir) / labels
+    labels = _resolve(data_spec.labels, base_dir)
     if not labels.exists():
         raise DataError(f"data.labels: no such file {labels}")
     return classification_dataset(arr, np.load(labels, allow_pickle=False))

@@ -4,7 +4,9 @@ A job file has four tables::
 
     [job]        seed, steps, batch_size, checkpoint_interval, name
     [data]       kind = "text" | "tokens" | "npy" | "synthetic", and its fields
-    [model]      kind = "gpt" | "mlp", and its sizes
+                 (text: tokenizer = "char" | "bpe" | "path/to/tokenizer.json", with vocab_size for BPE)
+    [model]      kind = "gpt" | "mlp", and its sizes; init = "weights.safetensors" to start
+                 from given weights (see `weights`); gpt: tie_head, n_positions
     [optimizer]  kind = "adamw" | "sgd", and its hyper-parameters
 
 Every error names the field it is about ("optimizer.lr: must be a positive number"),
@@ -15,16 +17,20 @@ shipped in `repops_cupy/datasets`.
 `JobSpec.identity()` is the canonical JSON of everything that determines the bits
 of the training run except the number of steps (a longer run of the same job passes
 through the same checkpoints) and the data's location; the trainer adds the data's
-content root.
+content root. Initial weights enter it by the file's blake3 hash (``model.init_hash``,
+computed when the job is parsed), not by their path.
 """
 from __future__ import annotations
 
 import json
 import math
+from functools import cache
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
+
+import blake3
 
 DATA_KINDS = ("text", "tokens", "npy", "synthetic")
 TOKEN_DTYPES = ("uint8", "uint16", "int32", "int64")
@@ -33,6 +39,10 @@ OPTIMIZER_KINDS = ("adamw", "sgd")
 ACTIVATIONS = ("relu", "gelu")
 GELU_APPROXIMATIONS = ("none", "tanh")
 MAX_SEED = (1 << 63) - 1
+TOKENIZERS = ("char", "bpe")  # or the path of a tokenizer.json
+# fields added after trace roots were published: left out of the identity at their defaults,
+# so the identities of jobs that do not use them stay what they were
+_NEW_DEFAULTS = {"data": {"tokenizer": "char"}, "model": {"tie_head": False, "n_positions": 0, "init_hash": ""}}
 
 
 class JobSpecError(ValueError):
@@ -50,6 +60,12 @@ class DataSpec:
     n_samples: int = 0
     n_features: int = 0
     n_classes: int = 0
+    tokenizer: str = "char"
+
+    @property
+    def tokenizer_file(self) -> str:
+        """The path of the tokenizer.json the job names ("" for "char" and "bpe")."""
+        return "" if self.tokenizer in TOKENIZERS else self.tokenizer
 
     @property
     def is_language(self) -> bool:
@@ -67,6 +83,10 @@ class ModelSpec:
     hidden: tuple[int, ...] = ()
     activation: str = "relu"
     dropout: float = 0.0
+    tie_head: bool = False  # gpt: the output head is the token embedding (GPT-2)
+    n_positions: int = 0  # gpt: rows of the position table (0: the data's context)
+    init: str = ""  # safetensors file of initial weights ("" : from the seed)
+    init_hash: str = ""  # blake3 of that file, hex
 
 
 @dataclass(frozen=True)
@@ -104,6 +124,13 @@ class JobSpec:
             d.pop(key)
         d["data"].pop("path")
         d["data"].pop("labels")
+        d["model"].pop("init")
+        if self.data.tokenizer_file:
+            d["data"]["tokenizer"] = "file"  # its bytes are an array of the data set, under the data root
+        for table, defaults in _NEW_DEFAULTS.items():
+            for key, default in defaults.items():
+                if d[table][key] == default:
+                    d[table].pop(key)
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
 
@@ -163,6 +190,12 @@ class _Table:
             raise self.fail(key, f"must be one of {', '.join(repr(o) for o in options)}, got {v!r}")
         return v
 
+    def boolean(self, key: str, default: bool) -> bool:
+        v = self._get(key, default)
+        if not isinstance(v, bool):
+            raise self.fail(key, f"must be true or false, got {v!r}")
+        return v
+
     def int_list(self, key: str) -> tuple[int, ...]:
         v = self._get(key, _REQUIRED)
         if not isinstance(v, list) or not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
@@ -181,7 +214,13 @@ _REQUIRED = object()
 def _data(t: _Table) -> DataSpec:
     kind = t.choice("kind", DATA_KINDS)
     if kind == "text":
-        spec = DataSpec(kind, path=t.string("path"), context=t.integer("context", low=1))
+        path, context = t.string("path"), t.integer("context", low=1)
+        tokenizer = t.string("tokenizer", "char") or "char"
+        if tokenizer == "char":
+            spec = DataSpec(kind, path=path, context=context)
+        else:
+            spec = DataSpec(kind, path=path, context=context, vocab_size=t.integer("vocab_size", low=2),
+                            tokenizer=tokenizer)
     elif kind == "tokens":
         spec = DataSpec(kind, path=t.string("path"), context=t.integer("context", low=1),
                         dtype=t.choice("dtype", TOKEN_DTYPES, "uint16"), vocab_size=t.integer("vocab_size", low=2))
@@ -199,9 +238,37 @@ def _data(t: _Table) -> DataSpec:
     return spec
 
 
-def _model(t: _Table) -> ModelSpec:
+@cache
+def _file_hash(path: Path, size: int, mtime_ns: int) -> str:
+    h = blake3.blake3()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_hash(path: str | Path) -> str:
+    """blake3 of a file's bytes, hex (cached while its size and mtime stay)."""
+    st = Path(path).stat()
+    return _file_hash(Path(path).resolve(), st.st_size, st.st_mtime_ns)
+
+
+def _init_weights(t: _Table, base_dir: str | Path) -> tuple[str, str]:
+    """(path as written, blake3 hex) of model.init, or ("", "")."""
+    init = t.string("init", "")
+    if not init:
+        return "", ""
+    full = Path(init).expanduser()
+    full = full if full.is_absolute() else Path(base_dir) / full
+    if not full.is_file():
+        raise t.fail("init", f"no such file {full}")
+    return init, file_hash(full)
+
+
+def _model(t: _Table, base_dir: str | Path = ".") -> ModelSpec:
     kind = t.choice("kind", MODEL_KINDS)
     dropout = t.number("dropout", 0.0, low=0.0, below=1.0)
+    init, init_hash = _init_weights(t, base_dir)
     if kind == "gpt":
         d_model = t.integer("d_model", low=1)
         n_heads = t.integer("n_heads", low=1)
@@ -209,10 +276,11 @@ def _model(t: _Table) -> ModelSpec:
             raise t.fail("n_heads", f"must divide model.d_model ({d_model})")
         spec = ModelSpec(kind, d_model=d_model, n_layers=t.integer("n_layers", low=1), n_heads=n_heads,
                          d_ff=t.integer("d_ff", 4 * d_model, low=1), gelu=t.choice("gelu", GELU_APPROXIMATIONS, "tanh"),
-                         dropout=dropout)
+                         dropout=dropout, tie_head=t.boolean("tie_head", False),
+                         n_positions=t.integer("n_positions", 0, low=0), init=init, init_hash=init_hash)
     else:
         spec = ModelSpec(kind, hidden=t.int_list("hidden"), activation=t.choice("activation", ACTIVATIONS, "relu"),
-                         dropout=dropout)
+                         dropout=dropout, init=init, init_hash=init_hash)
     t.done()
     return spec
 
@@ -244,7 +312,7 @@ def parse_job(raw: Mapping[str, Any], base_dir: str | Path = ".") -> JobSpec:
         raise JobSpecError(f"{unknown[0]}: unknown table")
     job = _table(raw, "job")
     data = _data(_table(raw, "data"))
-    model = _model(_table(raw, "model"))
+    model = _model(_table(raw, "model"), base_dir)
     optimizer = _optimizer(_table(raw, "optimizer"))
     spec = JobSpec(
         seed=job.integer("seed", low=0, high=MAX_SEED), steps=job.integer("steps", low=1),
@@ -252,6 +320,8 @@ def parse_job(raw: Mapping[str, Any], base_dir: str | Path = ".") -> JobSpec:
         data=data, model=model, optimizer=optimizer, name=job.string("name", "job"), base_dir=str(base_dir),
     )
     job.done()
+    if model.n_positions and model.n_positions < data.context:
+        raise JobSpecError(f"model.n_positions: must be at least data.context ({data.context})")
     if model.kind == "gpt" and not data.is_language:
         raise JobSpecError("model.kind: 'gpt' needs token data (data.kind 'text', 'tokens', or 'npy' without labels)")
     if model.kind == "mlp" and data.is_language:

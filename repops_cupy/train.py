@@ -94,6 +94,9 @@ class TrainingProgram:
             net = build_network(spec.model, vocab_size=ds.vocab_size, context=spec.data.context,
                                 n_features=ds.n_features if not ds.is_language else 0, n_classes=ds.n_classes)
         self.net = net
+        if initial_params is None and spec.model.init:
+            from .weights import initial_weights  # noqa: PLC0415 - reads safetensors only when a job names weights
+            initial_params = initial_weights(spec, net)
         self._initial_params = initial_params
         self._graph: StepGraph | None = None
 

@@ -76,7 +76,7 @@ def build_network(model_spec, *, vocab_size: int = 0, context: int = 0, n_featur
     """The network a job's [model] table describes (see `jobspec.ModelSpec`)."""
     if model_spec.kind == "gpt":
         return GPT(vocab_size, context, model_spec.d_model, model_spec.n_layers, model_spec.n_heads,
-                   model_spec.d_ff, model_spec.dropout, model_spec.gelu)
+                   model_spec.d_ff, model_spec.dropout, model_spec.gelu, model_spec.tie_head, model_spec.n_positions)
     if model_spec.kind == "mlp":
         return mlp_classifier(n_features, model_spec.hidden, n_classes, model_spec.activation, model_spec.dropout)
     raise ValueError(f"unknown model kind {model_spec.kind!r}")
