@@ -29,6 +29,11 @@ class UnsupportedLayer(TypeError):
     """A torch module the bridge cannot trace."""
 
 
+# what `to_layer` converts, in the order it tries them (named in every refusal)
+SUPPORTED_LAYERS = ("Linear", "Embedding", "LayerNorm", "GELU", "ReLU", "Dropout", "Sequential",
+                    "CausalSelfAttention", "TransformerBlock", "TinyGPT")
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with separate q, k, v and output projections."""
 
@@ -130,7 +135,8 @@ def to_layer(module: nn.Module, path: str = "") -> L.Layer:
             raise UnsupportedLayer(f"layer {where!r} (TinyGPT): needs at least one block")
         return GPT(module.vocab_size, module.context, module.wte.embedding_dim, len(module.blocks),
                    first.attn.n_heads, first.mlp[0].out_features, _dropout_p(module), first.mlp[1].approximate)
-    raise UnsupportedLayer(f"layer {where!r} ({type(module).__name__}) is not supported by the graph builder")
+    raise UnsupportedLayer(f"layer {where!r} ({type(module).__name__}) is not supported by the graph builder; "
+                           f"supported layers: {', '.join(SUPPORTED_LAYERS)}")
 
 
 def to_torch(layer: L.Layer) -> nn.Module:

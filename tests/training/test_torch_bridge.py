@@ -7,7 +7,9 @@ from torch import nn
 from repops_cupy.checkpoint import load_checkpoint
 from repops_cupy.jobspec import parse_job
 from repops_cupy.models import GPT
+from repops_cupy import torch_bridge
 from repops_cupy.torch_bridge import (
+    SUPPORTED_LAYERS,
     TinyGPT,
     UnsupportedLayer,
     load_into_module,
@@ -27,6 +29,29 @@ def test_unsupported_layer_is_named():
         to_layer(model)
     with pytest.raises(UnsupportedLayer, match="LayerNorm"):
         to_layer(nn.LayerNorm(4, elementwise_affine=False))
+
+
+def test_unsupported_layer_refusal_lists_the_supported_ones():
+    class UserModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(4, 4), nn.LSTM(4, 4))
+
+    with pytest.raises(UnsupportedLayer) as refused:
+        to_layer(UserModel())
+    message = str(refused.value)
+    assert "'<root>' (UserModel)" in message
+    assert message.endswith("supported layers: " + ", ".join(SUPPORTED_LAYERS))
+    with pytest.raises(UnsupportedLayer, match=r"'1' \(LSTM\).*supported layers: Linear, Embedding"):
+        to_layer(UserModel().body)
+    # every listed layer converts (the list cannot drift from what to_layer takes)
+    examples = {"Linear": nn.Linear(2, 3), "Embedding": nn.Embedding(5, 2), "LayerNorm": nn.LayerNorm(2),
+                "GELU": nn.GELU(), "ReLU": nn.ReLU(), "Dropout": nn.Dropout(0.1), "Sequential": nn.Sequential(),
+                "CausalSelfAttention": torch_bridge.CausalSelfAttention(4, 2),
+                "TransformerBlock": torch_bridge.TransformerBlock(4, 2, 8), "TinyGPT": TinyGPT(5, 4, 4, 1, 2, 8)}
+    assert sorted(examples) == sorted(SUPPORTED_LAYERS)
+    for name in SUPPORTED_LAYERS:
+        to_layer(examples[name])
 
 
 def test_layer_trees_and_torch_modules_share_parameter_names():
