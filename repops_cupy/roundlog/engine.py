@@ -245,9 +245,9 @@ class RoundingEngine:
         beta = 0.0 if exact else self.thresholds.beta(key)
         repeat_of_shared = info.kind == SHARED and self.pass_index > 0 and self._in_pass
         if beta == 0.0:
-            r = flat.to(F32)
+            r = site_kernel.round_plain(flat) if site_kernel.AVAILABLE and self.compiled else flat.to(F32)
             self._keep_for_digest(info, start, r)
-            return r.to(F64).reshape(v.shape)
+            return (r if r.dtype == F64 else r.to(F64)).reshape(v.shape)
         if site_kernel.AVAILABLE and self.compiled:
             beta_u = beta * UNIT_ROUNDOFF_F64
             if self.mode == "train":

@@ -50,6 +50,20 @@ if AVAILABLE:
                     count += 1
         return count
 
+    @function
+    def _round_plain(v, r64):  # pragma: no cover - compiled
+        for i in range(v.size):
+            r64[i] = np.float64(np.float32(v[i]))
+
+
+def round_plain(flat: torch.Tensor) -> torch.Tensor:
+    """float64(float32(v)) in one pass (an exact site: nothing to decide)."""
+    v = flat.detach().contiguous().numpy()
+    r64 = np.empty(v.size, dtype=np.float64)
+    if v.size:
+        _round_plain(v, r64)
+    return torch.from_numpy(r64)
+
 
 def scan(flat: torch.Tensor, chunk: int, beta_u: float, half: bool):
     """(r as float64, chunk maxima, candidate positions, their D) for a flat float64 site."""
@@ -79,4 +93,4 @@ def apply(flat: torch.Tensor, chunk: int, beta_u: float, dec: Decisions) -> tupl
     return r64, rep
 
 
-__all__ = ["AVAILABLE", "F64", "apply", "decide", "scan"]
+__all__ = ["AVAILABLE", "F64", "apply", "decide", "round_plain", "scan"]

@@ -72,3 +72,8 @@ def test_a_run_is_the_same_with_and_without_the_kernel(setup_of, model):
     auditor = Auditor(*setup_of(model), RunConfig(threads=1, micro_batch=2))
     auditor.engine.compiled = False
     assert [auditor.replay_step(i, log) for i, (_, log) in enumerate(fast, 1)] == [h for h, _ in fast]
+
+
+def test_plain_rounding_matches_torch():
+    v = _values(4, 3000)
+    assert _same(site_kernel.round_plain(v), v.to(F32).to(F64))
