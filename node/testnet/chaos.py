@@ -181,8 +181,12 @@ def describe_recovery(fault: Fault, segments: list[Segment], accounts: dict[str,
             if client_of.get(sub.index) != fault.target:
                 continue
             job = ledger.jobs.get(sub.job_id) if sub.job_id else None
+            if lost:
+                lines.append(f"job {sub.index}: lost with the chain restart at {_t(segment.lost_at)} "
+                             "(unrecoverable by design)")
+                continue
             if job is None:
-                lines.append(f"job {sub.index}: {'lost with the chain restart' if lost else 'never opened on chain'}")
+                lines.append(f"job {sub.index}: never opened on chain")
                 continue
             held = "holds a result" if (sub.result or {}).get("trace_root") else "holds no result"
             lines.append(f"job {sub.index}: {job.status.name} at {_t(job.settled_at)}; the client {held}")

@@ -9,7 +9,7 @@ import hashlib
 import pytest
 
 from contracts import ETHER, EmbeddedChain, JobStatus, Outcome, Role, Settlement
-from node.testnet.chaos import CHAIN, Fault, choose_victim, plan_faults
+from node.testnet.chaos import CHAIN, Fault, choose_victim, describe_recovery, plan_faults
 from node.testnet.invariants import (
     BALANCE_SUM, ESCROW_BACK, NO_COIN_LOCKED, NO_HONEST_LOSS, NO_WRONG_RESULT, BalanceRead, Segment,
     check_invariants, lost_segments,
@@ -159,3 +159,25 @@ def test_the_fault_schedule_is_drawn_from_the_seed_and_spread_over_the_span():
     assert choose_victim(planned, {"provider": ["provider-00"]}) == ("provider", "provider-00")
     assert choose_victim(planned, {}) is None
     assert Fault(0, "provider", "provider-00", 1.0, 2.0).as_dict()["recovery"] == []
+
+
+def test_each_fault_says_what_became_of_its_victims_jobs(story):
+    client, honest, cheat, auditor = story["accounts"]
+    segment, job = story["segment"], story["segment"].ledger.jobs[story["job_id"]]
+    accounts = {"honest": honest, "cheat": cheat, "client-00": client}
+    committed_at = job.commits[honest][1]
+    kill = Fault(0, "provider", "honest", committed_at + 0.5, 3.0, restarted_at=committed_at + 3.5)
+    lines = describe_recovery(kill, [segment], accounts, [story["sub"]], [], {0: "client-00"})
+    assert lines == [f"restarted at {committed_at + 3.5:.1f} s",
+                     f"job {story['job_id'].hex()[:12]}: its root committed at {committed_at:.1f} s (before the kill); "
+                     f"job FINALIZED at {job.settled_at:.1f} s"]
+    cheat_kill = Fault(1, "provider", "cheat", committed_at + 0.5, 3.0)
+    assert "seat forfeited (lost a dispute)" in describe_recovery(cheat_kill, [segment], accounts, [], [], {})[1]
+    client_kill = Fault(2, "client", "client-00", 1.0, 3.0, restarted_at=4.0)
+    assert describe_recovery(client_kill, [segment], accounts, [story["sub"]], [], {0: "client-00"})[1] == \
+        f"job 0: FINALIZED at {job.settled_at:.1f} s; the client holds a result"
+    # the same client's job on a chain killed later: lost, by design
+    lost = dataclasses.replace(segment, lost_at=50.0)
+    fresh = Segment(1, Ledger(), 51.0)
+    assert describe_recovery(client_kill, [lost, fresh], accounts, [story["sub"]], [], {0: "client-00"})[1] == \
+        "job 0: lost with the chain restart at 50.0 s (unrecoverable by design)"
