@@ -113,17 +113,18 @@ def _cpu_kernels(elements: int):
     return cpu.parallel if elements >= PARALLEL_MIN_ELEMENTS else cpu.serial
 
 
-def _prepare_lhs(a: Any, xp: ModuleType, kernels: str) -> _Operand:
-    """A's rows (R, K) split into digits."""
+def _prepare_lhs(a: Any, xp: ModuleType, kernels: str, shift: Any = None) -> _Operand:
+    """A's rows (R, K) split into digits; `shift` given: finite A cut with that shift per row."""
     m, k = a.shape
     if a.size == 0:  # nothing to split; the product is empty or all zeros
         return _Operand(a, xp.zeros(m, xp.int32), xp.zeros(m, bool))
     if kernels == "numba":
         run = _cpu_kernels(m * k)
         a = np.ascontiguousarray(a)
-        shift = np.empty(m, np.int32)
-        nonfinite = np.empty(m, np.bool_)
-        run.row_shifts(a.view(np.int32), shift, nonfinite)
+        nonfinite = np.zeros(m, np.bool_)
+        if shift is None:
+            shift = np.empty(m, np.int32)
+            run.row_shifts(a.view(np.int32), shift, nonfinite)
         chunks = []
         for k0, k1 in _chunk_bounds(k):
             out = np.empty((m, spec.DIGITS, k1 - k0), np.int8)
@@ -131,22 +132,25 @@ def _prepare_lhs(a: Any, xp: ModuleType, kernels: str) -> _Operand:
             chunks.append(out)
         return _Operand(a, shift, nonfinite, chunks)
     finite, bad = spec.finite_part(a, xp)
-    shift = spec.exponent_shift(_abs_max(finite, 1, xp), xp)
+    if shift is None:
+        shift = spec.exponent_shift(_abs_max(finite, 1, xp), xp)
     chunks = [spec.split_lhs(finite[:, k0:k1], shift, xp) for k0, k1 in _chunk_bounds(k)]
     return _Operand(a, shift, bad.any(axis=1), chunks)
 
 
-def _prepare_rhs(b: Any, xp: ModuleType, kernels: str) -> _Operand:
-    """A batch of B (Bt, K, N) split into digits, per column of each product."""
+def _prepare_rhs(b: Any, xp: ModuleType, kernels: str, shift: Any = None) -> _Operand:
+    """A batch of B (Bt, K, N) split into digits, per column of each product; `shift`
+    given (Bt, N): finite B cut with that shift per column."""
     nb, k, n = b.shape
     if b.size == 0:  # nothing to split; the product is empty or all zeros
         return _Operand(b, xp.zeros((nb, n), xp.int32), xp.zeros((nb, n), bool))
     if kernels == "numba":
         run = _cpu_kernels(nb * k * n)
         b = np.ascontiguousarray(b)
-        shift = np.empty((nb, n), np.int32)
-        nonfinite = np.empty((nb, n), np.bool_)
-        run.col_shifts(b.view(np.int32), shift, nonfinite)
+        nonfinite = np.zeros((nb, n), np.bool_)
+        if shift is None:
+            shift = np.empty((nb, n), np.int32)
+            run.col_shifts(b.view(np.int32), shift, nonfinite)
         chunks = []
         for k0, k1 in _chunk_bounds(k):
             out = np.empty((nb, spec.DIGITS, k1 - k0, n), np.int8)
@@ -154,7 +158,8 @@ def _prepare_rhs(b: Any, xp: ModuleType, kernels: str) -> _Operand:
             chunks.append(out)
         return _Operand(b, shift, nonfinite, chunks)
     finite, bad = spec.finite_part(b, xp)
-    shift = spec.exponent_shift(_abs_max(finite, 1, xp), xp)
+    if shift is None:
+        shift = spec.exponent_shift(_abs_max(finite, 1, xp), xp)
     chunks = [spec.split_rhs(finite[:, k0:k1], shift, xp) for k0, k1 in _chunk_bounds(k)]
     return _Operand(b, shift, bad.any(axis=1), chunks)
 
@@ -223,6 +228,42 @@ def _products(lhs: _Operand, rhs: _Operand, xp: ModuleType, engine: str, kernels
                                col_factor.reshape(nb, 1, n), xp, carry).reshape(rows, n)
     _overwrite_nonfinite(out, lhs, rhs, m, xp)
     return out
+
+
+def exact_sums(a: Any, b: Any, row_shift: Any, col_shift: Any) -> tuple[Any, Any]:
+    """Step 4 of the specification for finite 2-D a (M, K) and b (K, N), cut with the shifts
+    given (step 1 done by the caller): V as exact int64 (hi, lo), V = hi * 2^24 + lo.
+
+    V is linear in K: the sums of shares of K add up exactly to the whole product's V, so
+    workers holding shares of K combine theirs by integer addition, then `round_sums`.
+    """
+    xp = array_module(a, b)
+    engine, kernels = _select_engine("auto", xp), _select_kernels("auto", xp)
+    m, n = a.shape[0], b.shape[1]
+    hi, lo = xp.zeros((m, n), xp.int64), xp.zeros((m, n), xp.int64)
+    if a.size == 0 or b.size == 0:
+        return hi, lo
+    lhs = _prepare_lhs(a, xp, kernels, xp.asarray(row_shift, xp.int32))
+    rhs = _prepare_rhs(b[None], xp, kernels, xp.asarray(col_shift, xp.int32).reshape(1, n))
+    for a_digits, b_digits in zip(lhs.chunks, rhs.chunks):
+        if engine == "int8":
+            planes, weights = int8_planes(a_digits, b_digits)
+        else:
+            planes, weights = float64_planes(a_digits, b_digits, xp, engine)
+        if kernels == "numba":
+            _cpu_kernels(m * n * len(weights)).accumulate(planes, weights, hi, lo)
+        else:
+            hi, lo = spec.accumulate(planes, [int(w) for w in weights], xp, (hi, lo))
+    return hi, lo
+
+
+def round_sums(hi: Any, lo: Any, row_shift: Any, col_shift: Any) -> Any:
+    """Step 5: float32 of V * 2^-(row_shift + col_shift), rounded once; lo may be any int64."""
+    xp = array_module(hi)
+    hi = hi + (lo >> spec.SPLIT_WEIGHT)  # exact: renormalise lo into [0, 2^24)
+    lo = lo & ((1 << spec.SPLIT_WEIGHT) - 1)
+    return spec.round_hi_lo(hi, lo, spec.scale_factors(xp.asarray(row_shift), xp)[:, None],
+                            spec.scale_factors(xp.asarray(col_shift), xp)[None, :], xp)
 
 
 def _overwrite_nonfinite(out: Any, lhs: _Operand, rhs: _Operand, m: int, xp: ModuleType) -> None:

@@ -48,6 +48,9 @@ from .merkle import merkle_root
 from .models import ForwardContext, build_network, classification_loss, init_params, language_loss
 from .models.layers import Layer
 from .optim import PARAM_PREFIX, initial_optimizer_state, optimizer_nodes
+from .parallel import SplitError
+from .parallel_comm import WorkerError
+from .parallel_train import worker_pool
 
 STEP_KEY = "step"
 BATCH_PREFIX = "batch/"
@@ -246,8 +249,28 @@ def _host(state: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def train(spec: JobSpec, out_dir: str | Path, *, resume: bool = False, device: str = "cpu",
-          on_step: StepCallback | None = None, program: TrainingProgram | None = None) -> Trace:
-    """Run `spec` for spec.steps steps into `out_dir`; returns the finished trace."""
+          on_step: StepCallback | None = None, program: TrainingProgram | None = None,
+          workers: int = 1, threads: int | None = None) -> Trace:
+    """Run `spec` for spec.steps steps into `out_dir`; returns the finished trace.
+
+    workers > 1: the batch is cut over that many processes on this machine (the same
+    bits, see `parallel`), each with `threads` kernel threads; CPU only.
+    """
+    if workers == 1:
+        return _train(spec, out_dir, resume, device, on_step, program, None)
+    if device != "cpu":
+        raise TrainingError("several workers run on CPU (gloo); --device gpu takes one worker")
+    program = program or TrainingProgram(spec)
+    try:
+        with worker_pool(program, workers, threads=threads) as pool:
+            return _train(spec, out_dir, resume, device, on_step, program, pool.run_step)
+    except (SplitError, WorkerError) as exc:
+        raise TrainingError(f"--workers {workers}: {exc}") from None
+
+
+def _train(spec: JobSpec, out_dir: str | Path, resume: bool, device: str, on_step: StepCallback | None,
+           program: TrainingProgram | None, split_step: Callable[[dict[str, Any]], tuple[dict[str, Any], float]] | None,
+           ) -> Trace:
     xp = device_module(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -284,9 +307,12 @@ def train(spec: JobSpec, out_dir: str | Path, *, resume: bool = False, device: s
     if xp is not np:
         state = {name: xp.asarray(v) for name, v in state.items()}
     for step in range(start, total):
-        outcome = program.run_step(state, xp=xp)
-        state = outcome.state
-        trace.losses.append(outcome.loss)
+        if split_step is None:
+            outcome = program.run_step(state, xp=xp)
+            state, loss = outcome.state, outcome.loss
+        else:
+            state, loss = split_step(state)
+        trace.losses.append(loss)
         done = step + 1
         if done in grid and (not trace.checkpoints or trace.checkpoints[-1]["step"] != done):
             digest = save_checkpoint(out / checkpoint_file(done), _host(state), step=done)
@@ -294,7 +320,7 @@ def train(spec: JobSpec, out_dir: str | Path, *, resume: bool = False, device: s
                                       "file": checkpoint_file(done)})
             trace.save(out)
         if on_step is not None:
-            on_step(done, outcome.loss)
+            on_step(done, loss)
     trace.save(out)
     return trace
 

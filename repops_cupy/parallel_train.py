@@ -1,0 +1,162 @@
+"""Workers for one training job: rank 0 drives, ranks 1..N-1 follow, every step the same bits.
+
+Rank 0 is the calling process (it keeps the trace, the checkpoints and the progress
+callback); the others are processes started with multiprocessing's "spawn" (or by
+torchrun on other hosts, see `serve_from_env`). Every worker holds the whole state; per
+step rank 0 says "step" (or sends a state to start from, once), each worker runs the
+step graph on its share of the batch (`parallel.execute_share`) and all end with the
+same next state, so nothing but the collectives inside the step crosses between them.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import traceback
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from ._backend import to_numpy
+from .parallel import SplitError, Share, counts_by_how, execute_share, shares, split_plan, with_batch_size
+from .parallel_comm import Communicator, WorkerError, connect, connect_from_env
+
+_STEP, _STATE, _STOP = "step", "state", "stop"
+JOIN_SECONDS = 60.0
+
+
+def limit_threads(n: int | None) -> None:
+    """This worker's numba and torch kernels on at most `n` threads (None: as they are)."""
+    if n is None:
+        return
+    try:
+        import numba  # noqa: PLC0415
+        numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+    except ImportError:
+        pass
+    try:
+        import torch  # noqa: PLC0415
+        torch.set_num_threads(max(1, n))
+    except ImportError:
+        pass
+
+
+class SplitProgram:
+    """A training program's step graph with its split plan, run as one worker of a group."""
+
+    def __init__(self, program: Any, comm: Communicator) -> None:
+        from .train import TrainingProgram  # noqa: PLC0415 - train imports this module
+
+        spec = program.spec
+        self.program, self.comm = program, comm
+        self.share = Share(comm.rank, shares(spec.batch_size, comm.size))
+        other = TrainingProgram(with_batch_size(spec, spec.batch_size + 1), dataset=program.dataset,
+                                net=program.net, initial_params=program._initial_params)
+        self.plan = split_plan(program.graph, spec.batch_size, other.graph, spec.batch_size + 1)
+
+    def step(self, state: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        from .train import LOSS_OUTPUT  # noqa: PLC0415
+
+        host = {k: to_numpy(v) for k, v in state.items()}
+        outputs = execute_share(self.program.graph, self.plan, self.program.leaf_values(host), self.share, self.comm)
+        loss = float(outputs.pop(LOSS_OUTPUT))
+        return outputs, loss
+
+
+def serve(split: SplitProgram) -> None:
+    """Follow rank 0: steps from the state it last sent, until it says stop."""
+    state: dict[str, Any] | None = None
+    while True:
+        kind, payload = split.comm.broadcast_object(None)
+        if kind == _STOP:
+            return
+        if kind == _STATE:
+            state = payload
+        if state is None:
+            raise WorkerError("rank 0 asked for a step before sending a state")
+        state, _ = split.step(state)
+
+
+def _worker_main(rank: int, size: int, port: int, program: Any, threads: int | None) -> None:
+    limit_threads(threads)
+    try:
+        comm = connect(rank, size, port=port)
+        serve(SplitProgram(program, comm))
+    except BaseException:  # noqa: BLE001 - a worker says why it stopped, then exits non-zero
+        traceback.print_exc(file=sys.stderr)
+        sys.exit(1)
+
+
+def serve_from_env(program: Any, threads: int | None = None) -> None:
+    """A worker of ranks >= 1 under torchrun (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)."""
+    limit_threads(threads)
+    serve(SplitProgram(program, connect_from_env()))
+
+
+class WorkerPool:
+    """Rank 0's handle: `run_step(state)` gives the next state and the loss, as one device would."""
+
+    def __init__(self, split: SplitProgram) -> None:
+        self.split = split
+        self._last: dict[str, Any] | None = None
+
+    @property
+    def workers(self) -> int:
+        return self.split.comm.size
+
+    def plan_counts(self) -> dict[str, int]:
+        return counts_by_how(self.split.plan)
+
+    def run_step(self, state: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        try:
+            if state is self._last:
+                self.split.comm.broadcast_object((_STEP, None))
+            else:
+                self.split.comm.broadcast_object((_STATE, {k: to_numpy(v) for k, v in state.items()}))
+            new_state, loss = self.split.step(state)
+        except RuntimeError as exc:  # gloo: a peer closed its connection or timed out
+            raise WorkerError(f"a worker stopped: {exc}") from None
+        self._last = new_state
+        return new_state, loss
+
+    def stop(self) -> None:
+        try:
+            self.split.comm.broadcast_object((_STOP, None))
+        except RuntimeError:  # the others are gone already
+            pass
+
+
+def _free_store(size: int):
+    from .parallel_comm import TIMEOUT, _torch  # noqa: PLC0415
+
+    _, dist = _torch()
+    return dist.TCPStore("127.0.0.1", 0, size, True, TIMEOUT, wait_for_workers=False)
+
+
+@contextmanager
+def worker_pool(program: Any, workers: int, *, threads: int | None = None) -> Iterator[WorkerPool]:
+    """Start `workers` - 1 processes on this machine (gloo on 127.0.0.1) and join them as rank 0."""
+    shares(program.spec.batch_size, workers)  # refuses a count the batch cannot feed, before starting any
+    store = _free_store(workers)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_worker_main, args=(r, workers, store.port, program, threads), daemon=True)
+             for r in range(1, workers)]
+    for p in procs:
+        p.start()
+    pool = None
+    try:
+        comm = connect(0, workers, store=store)
+        pool = WorkerPool(SplitProgram(program, comm))
+        yield pool
+    finally:
+        if pool is not None:
+            pool.stop()
+        for p in procs:
+            p.join(JOIN_SECONDS)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+    failed = [p.exitcode for p in procs if p.exitcode not in (0, None)]
+    if failed:
+        raise WorkerError(f"{len(failed)} worker process(es) failed (exit status {failed})")
+
+
+__all__ = ["SplitError", "SplitProgram", "WorkerError", "WorkerPool", "serve", "serve_from_env", "worker_pool"]
