@@ -198,14 +198,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--models", help=f"of {sorted(JOB_BUILDERS)} (gpt-syn: the GPT on synthetic tokens); "
                     f"default {SPEED_MODELS}, with --calibrate {CALIBRATION_MODELS}")
-    ap.add_argument("--pairs", default="threads,numpy,micro")
+    ap.add_argument("--pairs", default="threads,numpy,micro", help='"none": time and log size only')
     ap.add_argument("--interval", type=int, default=5, help="checkpoint interval for the trace roots")
     ap.add_argument("--calibrate", type=int, default=0, metavar="N")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     models = (args.models or (CALIBRATION_MODELS if args.calibrate else SPEED_MODELS)).split(",")
-    pairs = args.pairs.split(",")
+    pairs = [] if args.pairs == "none" else args.pairs.split(",")
     if args.calibrate:
         cal = run_calibration(args.calibrate, models, pairs)
         if args.write:
