@@ -38,10 +38,11 @@ from protocol import (
     StepRequest, commit_trace, hash_tree,
 )
 from repops_cupy.checkpoint import state_hash
+from repops_cupy.data import Dataset, classification_batch, language_batch
 from repops_cupy.graph import LEAF_OP, Node, StepGraph, execute
 from repops_cupy.hashing import hash_tensor
 from repops_cupy.optim import PARAM_PREFIX
-from repops_cupy.train import LOSS_OUTPUT, STEP_KEY, TrainingProgram
+from repops_cupy.train import BATCH_PREFIX, LOSS_OUTPUT, STEP_KEY, TrainingProgram
 
 from .training_oracle import CheatContext, State, TrainingOracle
 
@@ -149,6 +150,27 @@ class SwappedBatch(Deviation):
     def leaf_values(self, s: int, state: State) -> dict[str, Any]:
         leaves = self.training.leaf_values(state)
         return {**leaves, **self.batch(s)} if s == self.at else leaves
+
+
+class OtherData(Deviation):
+    """From step `at` on, every step trains on the batch `other` (a data set of the same kind) gives."""
+
+    def __init__(self, training: TrainingProgram, *, at: int, other: Dataset, **kw: Any) -> None:
+        super().__init__(training, **kw)
+        self.at, self.other = at, other
+
+    def batch(self, s: int) -> dict[str, Any]:
+        """Step s's batch (training step s - 1) drawn from the other data, with the job's seed and sizes."""
+        spec = self.training.spec
+        if self.other.is_language:
+            raw = language_batch(self.other, spec.seed, s - 1, spec.batch_size, spec.data.context)
+        else:
+            raw = classification_batch(self.other, spec.seed, s - 1, spec.batch_size)
+        return {BATCH_PREFIX + k: v for k, v in raw.items()}
+
+    def leaf_values(self, s: int, state: State) -> dict[str, Any]:
+        leaves = self.training.leaf_values(state)
+        return {**leaves, **self.batch(s)} if s >= self.at else leaves
 
 
 class WrongNodeOutput(Deviation):
@@ -300,6 +322,29 @@ def poison_data(ctx: CheatContext) -> Cheat:
     return Cheat("poison-data", oracle, Truth(at, _batch_leaf(ctx, at, oracle.batch(at)), WRONG_RESULT, 3), what)
 
 
+def substitute_data(dataset: Dataset) -> Dataset:
+    """Data of the same kind and size that is not the job's: its tokens in reverse order, or its
+    examples with labels moved to the next class (a provider training on a corpus of its own)."""
+    a = dataset.arrays
+    if dataset.is_language:
+        arrays = {**a, "tokens": np.ascontiguousarray(a["tokens"][::-1])}
+    else:
+        arrays = {**a, "y": (a["y"] + 1) % dataset.n_classes}
+    return dataclasses.replace(dataset, arrays=arrays, _root=[])
+
+
+def other_data(ctx: CheatContext) -> Cheat:
+    other = substitute_data(ctx.training.dataset)
+
+    def draw() -> tuple[Deviation, int, str]:
+        at = ctx.rng.randint(1, ctx.steps)
+        return (_deviating(OtherData, ctx, at=at, other=other), at,
+                f"trains on other data (the job's, reordered) from step {at} on")
+
+    oracle, at, what = _draw(ctx, draw)
+    return Cheat("other-data", oracle, Truth(at, _batch_leaf(ctx, at, oracle.batch(at)), WRONG_RESULT, 3), what)
+
+
 def _wrong_node_output(ctx: CheatContext) -> tuple[WrongNodeOutput, str]:
     """One bit of one element of one operator node's output flipped at a random step."""
     graph = ctx.training.graph
@@ -395,6 +440,7 @@ STRATEGIES: dict[str, Callable[[CheatContext], Cheat]] = {
     "wrong-lr": wrong_lr,
     "wrong-batch": wrong_batch,
     "poison-data": poison_data,
+    "other-data": other_data,
     "lie-in-bisection": lie_in_bisection,
     "wrong-op-output": wrong_op_output,
     "equivocate": equivocate,

@@ -2,8 +2,9 @@
 
 Bundle: one blob, msgpack ``{"format": "gavel-job/1", "toml": spec, "files": {name: blob id}}``.
 The spec is the client's job file rewritten so that its data paths name files of the
-bundle (``data.<ext>``, ``labels.npy``); built-in and synthetic data need no file. Each
-data file is its own blob, fetched and verified chunk by chunk like any other.
+bundle (``data.<ext>``, ``labels.npy``, ``tokenizer.json``, and the initial weights
+``init.safetensors``); built-in and synthetic data need no file. Each file is its own
+blob, fetched and verified chunk by chunk like any other.
 
 Job directory (``<data dir>/jobs/<job id hex>/``): ``job.toml``, the data files, and
 ``run/`` with the training run's checkpoints and ``trace.json`` (``repops_cupy.train``).
@@ -27,7 +28,8 @@ BUNDLE_FORMAT = "gavel-job/1"
 JOB_FILE = "job.toml"
 RUN_DIR = "run"
 MAX_BUNDLE = 1 << 20
-_FILE_NAME = re.compile(r"^(data|labels)(\.[a-z0-9]{1,8})?$")
+_FILE_NAME = re.compile(r"^((data|labels)(\.[a-z0-9]{1,8})?|tokenizer\.json|init\.safetensors)$")
+TOKENIZER_FILE, INIT_FILE = "tokenizer.json", "init.safetensors"
 
 
 class BundleError(ValueError):
@@ -53,7 +55,8 @@ def _toml(value: Any) -> str:
     raise BundleError(f"cannot write {value!r} to TOML")
 
 
-def spec_toml(spec: Any, *, data_path: str = "", labels_path: str = "") -> str:
+def spec_toml(spec: Any, *, data_path: str = "", labels_path: str = "", tokenizer_path: str = "",
+              init_path: str = "") -> str:
     """A job file for ``spec`` (a `JobSpec`) whose data paths are replaced as given."""
     job = {"name": spec.name, "seed": spec.seed, "steps": spec.steps, "batch_size": spec.batch_size,
            "checkpoint_interval": spec.checkpoint_interval}
@@ -62,6 +65,8 @@ def spec_toml(spec: Any, *, data_path: str = "", labels_path: str = "") -> str:
         data = {"kind": d.kind, "n_samples": d.n_samples, "n_features": d.n_features, "n_classes": d.n_classes}
     elif d.kind == "text":
         data = {"kind": d.kind, "path": data_path or d.path, "context": d.context}
+        if d.tokenizer != "char":
+            data.update(tokenizer=tokenizer_path or d.tokenizer, vocab_size=d.vocab_size)
     elif d.kind == "tokens":
         data = {"kind": d.kind, "path": data_path, "context": d.context, "dtype": d.dtype, "vocab_size": d.vocab_size}
     elif d.labels:
@@ -72,8 +77,14 @@ def spec_toml(spec: Any, *, data_path: str = "", labels_path: str = "") -> str:
     if m.kind == "gpt":
         model = {"kind": m.kind, "d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads, "d_ff": m.d_ff,
                  "gelu": m.gelu, "dropout": m.dropout}
+        if m.tie_head:
+            model["tie_head"] = True
+        if m.n_positions:
+            model["n_positions"] = m.n_positions
     else:
         model = {"kind": m.kind, "hidden": list(m.hidden), "activation": m.activation, "dropout": m.dropout}
+    if m.init:
+        model["init"] = init_path or m.init
     o = spec.optimizer
     if o.kind == "adamw":
         optimizer = {"kind": o.kind, "lr": o.lr, "beta1": o.beta1, "beta2": o.beta2, "eps": o.eps,
@@ -93,6 +104,10 @@ def _local_data_files(spec: Any) -> dict[str, Path]:
     d = spec.data
     base = Path(spec.base_dir)
     files: dict[str, Path] = {}
+    for name, given in ((TOKENIZER_FILE, d.tokenizer_file), (INIT_FILE, spec.model.init)):
+        if given:
+            path = Path(given).expanduser()
+            files[name] = path if path.is_absolute() else base / path
     if d.kind == "synthetic" or (d.kind == "text" and d.path.startswith("builtin:")):
         return files
     path = Path(d.path).expanduser()
@@ -108,7 +123,9 @@ def prepare_bundle(spec: Any) -> tuple[str, dict[str, Path]]:
     """The bundle's TOML and the local files to ship with it."""
     files = _local_data_files(spec)
     data_name = next((n for n in files if n.startswith("data")), "")
-    return spec_toml(spec, data_path=data_name, labels_path="labels.npy" if "labels.npy" in files else ""), files
+    return spec_toml(spec, data_path=data_name, labels_path="labels.npy" if "labels.npy" in files else "",
+                     tokenizer_path=TOKENIZER_FILE if TOKENIZER_FILE in files else "",
+                     init_path=INIT_FILE if INIT_FILE in files else ""), files
 
 
 def encode_bundle(toml_text: str, file_ids: dict[str, bytes]) -> bytes:
