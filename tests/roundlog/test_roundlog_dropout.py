@@ -53,3 +53,25 @@ def test_a_micro_batch_draws_its_part_of_the_whole_batch_mask():
     whole = mask_factor(5, 7, 1, 0.5, 0, 8 * 6)
     for start in (6, 18, 30):
         assert torch.equal(mask_factor(5, 7, 1, 0.5, start, 6), whole[start : start + 6])
+
+
+def _small_mlp_job(seed):
+    from pathlib import Path
+
+    from repops_cupy.roundlog.roundlog_job import load_spec
+
+    raw = load_spec(Path(__file__).resolve().parents[2] / "scripts" / "jobs" / "mlp-roundlog.toml")
+    raw["job"].update(seed=seed, steps=3, batch_size=8, checkpoint_interval=2)
+    raw["model"]["args"].update(in_features=3 * 8 * 8, d=16, dropout=0.3)
+    raw["data"].update(size=8)
+    return raw
+
+
+def test_job_files_carry_the_seed_to_trainer_and_replay(tmp_path):
+    from repops_cupy.roundlog.roundlog_job import replay_job, train_job
+
+    trace = train_job(_small_mlp_job(5), tmp_path / "a")
+    assert train_job(_small_mlp_job(5), tmp_path / "b")["trace_root"] == trace["trace_root"]
+    replay = replay_job(_small_mlp_job(5), tmp_path / "a", start=2, micro_batch=2, backend="numpy")
+    assert replay["first_mismatch"] is None and replay["checkpoints"][3] == trace["checkpoints"][-1]["state_hash"]
+    assert train_job(_small_mlp_job(6), tmp_path / "c")["trace_root"] != trace["trace_root"]
