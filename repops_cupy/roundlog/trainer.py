@@ -8,13 +8,16 @@ state hash, which equals the trainer's when replay is exact. Both are the same
 
 One step ``i`` (1-based; state 0 is the initial one) on batch ``data.batch(i)``:
 
-1. for each micro-batch: forward under :class:`.intercept.RoundingMode`, per-row
+1. for each micro-batch: forward under :class:`.intercept.RoundingMode` (dropout
+   masks keyed by the job seed and ``i``, see :mod:`.dropout`), per-row
    cross-entropy (``reduction="none"``, itself a site), backward with each row
    weighted by 1/(rows in the whole batch);
 2. step sites: each parameter's gradient (float64 sums over all micro-batches) is
    rounded, then modules' ``step_end`` hooks (ghost batch-norm running stats), then
-   the optimizer, every elementary result rounded;
+   the optimizer (gradient clipping first, if asked), every elementary result rounded;
 3. the step's log is encoded, its digest joins the state hash.
+
+Models with ``inplace=True`` layers are refused when the run is built.
 """
 from __future__ import annotations
 
