@@ -1,6 +1,6 @@
 """`gavel train` and `gavel replay`: run a training job, and recheck one checkpoint interval.
 
-    gavel train JOB.toml --out DIR [--steps N] [--resume] [--device cpu|gpu]
+    gavel train JOB.toml --out DIR [--steps N] [--resume] [--device cpu|gpu] [--workers N]
     gavel replay JOB.toml --from DIR --checkpoint C [--device cpu|gpu]
 
 `train` shows a progress bar (on stderr) and prints the trace root in hex as the last
@@ -29,7 +29,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from repops_cupy.checkpoint import CheckpointError
 from repops_cupy.data import DataError
 from repops_cupy.jobspec import JobSpecError, load_job
+from repops_cupy.memory import describe as describe_bytes
+from repops_cupy.memory import peak_bytes
 from repops_cupy.models import count_params
+from repops_cupy.parallel import SplitError, shares
 from repops_cupy.train import TRACE_FILE, Trace, TrainingError, TrainingProgram, replay, train
 
 from ..threads import kernel_threads, limit_kernel_threads
@@ -86,6 +89,8 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="number of steps (overrides job.steps)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--workers", type=_positive_int, default=1,
+                   help="processes that share each batch (gloo on 127.0.0.1); any number gives the same bits")
     _add_thread_options(p)
     return p
 
@@ -121,6 +126,7 @@ def train_main(argv: list[str]) -> int:
             return roundlog.train(args.job, args.out, steps=args.steps, resume=args.resume,
                                       threads=args.threads, backend=args.matmul_backend, micro_batch=args.micro_batch)
         program = load_training(args.job, args.steps)
+        worker_shares = _worker_shares(program, args.workers, args.device)
         if (out / TRACE_FILE).exists() and not args.resume:
             raise UsageError(f"{out} already holds a trace: pass --resume to continue it, or choose another --out")
         _make_out(out)
@@ -131,6 +137,9 @@ def train_main(argv: list[str]) -> int:
           f"{len(graph)} nodes per step, {spec.steps} steps of {spec.batch_size}, "
           f"checkpoint every {spec.checkpoint_interval}", flush=True)
     print(f"data root {program.dataset.root().hex()}", flush=True)
+    print(f"peak memory estimate {describe_bytes(peak_bytes(graph))} per step on one device", flush=True)
+    if args.workers > 1:
+        print(f"{args.workers} workers, examples per worker {list(worker_shares)}", flush=True)
     # the bar starts with the first step, so that an error before it is the only line on stderr
     progress = Progress(
         TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
@@ -153,8 +162,10 @@ def train_main(argv: list[str]) -> int:
             progress.stop()
 
     try:
-        with limit_kernel_threads(args.threads or kernel_threads()):
-            trace = train(spec, out, resume=args.resume, device=args.device, on_step=on_step, program=program)
+        threads = args.threads or max(1, kernel_threads() // args.workers)
+        with limit_kernel_threads(threads):
+            trace = train(spec, out, resume=args.resume, device=args.device, on_step=on_step, program=program,
+                          workers=args.workers, threads=threads)
         progress.update(task, completed=spec.steps)
     except KeyboardInterrupt:
         stop()
@@ -173,6 +184,16 @@ def train_main(argv: list[str]) -> int:
     return 0
 
 
+def _worker_shares(program: TrainingProgram, workers: int, device: str) -> tuple[int, ...]:
+    """Examples per worker; `UsageError` for a count the batch or the device cannot take."""
+    if workers > 1 and device != "cpu":
+        raise UsageError("--workers runs on CPU processes (gloo); --device gpu takes one worker")
+    try:
+        return shares(program.spec.batch_size, workers)
+    except SplitError as exc:
+        raise UsageError(f"--workers {workers}: {exc}") from None
+
+
 def _interrupted(args: argparse.Namespace, out: Path) -> str:
     """One line: where the run stopped and the command that continues it."""
     try:
@@ -185,6 +206,8 @@ def _interrupted(args: argparse.Namespace, out: Path) -> str:
         again += ["--steps", str(args.steps)]
     if args.device != "cpu":
         again += ["--device", args.device]
+    if args.workers != 1:
+        again += ["--workers", str(args.workers)]
     return f"interrupted; {kept}; resume with: {shlex.join(again + ['--resume'])}"
 
 
