@@ -17,8 +17,8 @@ shipped in `repops_cupy/datasets`.
 `JobSpec.identity()` is the canonical JSON of everything that determines the bits
 of the training run except the number of steps (a longer run of the same job passes
 through the same checkpoints) and the data's location; the trainer adds the data's
-content root. Initial weights enter it by the file's blake3 hash (``model.init_hash``,
-computed when the job is parsed), not by their path.
+content root. Initial weights enter it by the file's content hash (``model.init_hash``, its
+blob id, computed when the job is parsed), not by their path.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-import blake3
+from .merkle import leaf_hash, merkle_root_of_hashes
 
 DATA_KINDS = ("text", "tokens", "npy", "synthetic")
 TOKEN_DTYPES = ("uint8", "uint16", "int32", "int64")
@@ -86,7 +86,7 @@ class ModelSpec:
     tie_head: bool = False  # gpt: the output head is the token embedding (GPT-2)
     n_positions: int = 0  # gpt: rows of the position table (0: the data's context)
     init: str = ""  # safetensors file of initial weights ("" : from the seed)
-    init_hash: str = ""  # blake3 of that file, hex
+    init_hash: str = ""  # that file's content hash (`file_hash`), hex
 
 
 @dataclass(frozen=True)
@@ -238,23 +238,27 @@ def _data(t: _Table) -> DataSpec:
     return spec
 
 
+FILE_CHUNK = 256 * 1024  # node.blobs.CHUNK_SIZE: the hash is the id the file travels under
+
+
 @cache
 def _file_hash(path: Path, size: int, mtime_ns: int) -> str:
-    h = blake3.blake3()
+    leaves = []
     with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
+        while chunk := f.read(FILE_CHUNK):
+            leaves.append(leaf_hash(chunk))
+    return merkle_root_of_hashes(leaves).hex()
 
 
 def file_hash(path: str | Path) -> str:
-    """blake3 of a file's bytes, hex (cached while its size and mtime stay)."""
+    """A file's content hash, hex: the Merkle root over its 256 KiB chunks, which is its blob id
+    (`node.blobs.blob_id_of`); cached while the file's size and mtime stay."""
     st = Path(path).stat()
     return _file_hash(Path(path).resolve(), st.st_size, st.st_mtime_ns)
 
 
 def _init_weights(t: _Table, base_dir: str | Path) -> tuple[str, str]:
-    """(path as written, blake3 hex) of model.init, or ("", "")."""
+    """(path as written, content hash hex) of model.init, or ("", "")."""
     init = t.string("init", "")
     if not init:
         return "", ""

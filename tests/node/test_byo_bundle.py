@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from node.blobs import blob_id_of
 from node.roles.jobfiles import BundleError, decode_bundle, encode_bundle, install_job, load_training, prepare_bundle
 from repops_cupy.checkpoint import state_hash
 from repops_cupy.jobspec import load_job
@@ -32,6 +33,8 @@ def test_bpe_trained_on_the_text_and_weights_travel_in_the_bundle(tmp_path):
     assert decode_bundle(encode_bundle(toml_text, fake_ids)) == (toml_text, fake_ids)
     installed = install_job(tmp_path / "provider", toml_text, files)
     _same_job(TrainingProgram(spec), load_training(installed))
+    # the weights' hash in the job identity is the id of the blob they travel as
+    assert spec.model.init_hash == blob_id_of(files["init.safetensors"].read_bytes()).hex()
 
 
 def test_a_named_tokenizer_file_travels_too_and_other_weights_make_another_job(tmp_path):
