@@ -1,5 +1,9 @@
 """Bring your own job: a BPE tokenizer on the user's text, initial weights from safetensors (ours or GPT-2's layout)."""
+import hashlib
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -8,7 +12,7 @@ from safetensors.numpy import save_file
 
 from repops_cupy import ops  # noqa: F401 - fills the registry
 from repops_cupy.checkpoint import load_checkpoint
-from repops_cupy.data import DataError, load_dataset
+from repops_cupy.data import DataError, builtin_text, load_dataset
 from repops_cupy.graph import GraphBuilder, execute
 from repops_cupy.jobspec import JobSpecError, load_job, parse_job
 from repops_cupy.models import ForwardContext, build_network, count_params, init_params
@@ -59,6 +63,17 @@ def test_bpe_training_is_deterministic_and_bound_into_the_data_root(text_file, t
     other = tmp_path / "other.txt"
     other.write_text(TEXT.replace("times", "days"), encoding="utf-8")
     assert load_dataset(parse_job(job_raw(other)).data, 3).root() != a.root()
+
+
+@pytest.mark.slow  # three interpreters start
+def test_bpe_bytes_do_not_depend_on_the_library_threads():
+    code = ("import sys, hashlib; from repops_cupy.tokenizer import train_bpe; from repops_cupy.data import builtin_text; "
+            "sys.stdout.write(hashlib.sha256(train_bpe(builtin_text('sonnets'), 2000)).hexdigest())")
+    here = hashlib.sha256(train_bpe(builtin_text("sonnets"), 2000)).hexdigest()
+    for env in ({"RAYON_NUM_THREADS": "1"}, {"RAYON_NUM_THREADS": "2"}, {"TOKENIZERS_PARALLELISM": "false"}):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                             check=True, timeout=120)
+        assert out.stdout == here, env
 
 
 def test_char_stays_the_default_and_bad_tokenizers_are_refused(text_file, tmp_path):
