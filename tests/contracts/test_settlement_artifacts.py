@@ -19,7 +19,7 @@ pytestmark = pytest.mark.settlement
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS = ("GavelSettlement", "ReentrantReceiver", "GavelSettlementV2", "LibList", "LibListHarnessV2", "Float64Step",
-             "Float64StepHarness")
+             "Float64StepHarness", "TensorChunk", "TensorChunkHarness")
 
 
 def _solc_available() -> bool:

@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity 0.8.28;
+
+/// @title TensorChunk
+/// @notice Opens one 1 KiB chunk of a tensor's bytes against a chunk-tree root (issue 18;
+/// docs/onchain-step.md measures both trees and says which one the game uses).
+/// `protocol/chunk_tree.py` is its twin. Both trees have the RFC 6962 shape and are checked
+/// with RFC 9162's inclusion walk (siblings from the chunk up, none for a level where the
+/// node is carried up unpaired):
+///
+///     keccak: leaf = keccak256(0x00 ‖ chunk), node = keccak256(0x01 ‖ left ‖ right)
+///     BLAKE3: BLAKE3's own chunk tree, so the root is the BLAKE3 hash of all the bytes
+///
+/// Every chunk but the last holds CHUNK_SIZE bytes; `count` is the number of chunks, which
+/// the caller takes from the tensor's agreed size.
+library TensorChunk {
+    uint256 internal constant CHUNK_SIZE = 1024;
+    uint256 private constant BLOCK_SIZE = 64;
+    uint256 private constant CHUNK_START = 1;
+    uint256 private constant CHUNK_END = 2;
+    uint256 private constant PARENT = 4;
+    uint256 private constant ROOT = 8;
+    uint256 private constant M32 = 0xFFFFFFFF;
+
+    // --- the inclusion walk shared by both trees ------------------------------------------
+
+    /// @dev One step of RFC 9162's walk: the node's new (fn, sn) and whether it is on the left.
+    function _up(uint256 fn, uint256 sn) private pure returns (uint256, uint256, bool) {
+        if (fn & 1 == 1 || fn == sn) {
+            while (fn & 1 == 0 && fn != 0) {
+                fn >>= 1;
+                sn >>= 1;
+            }
+            return (fn >> 1, sn >> 1, false);
+        }
+        return (fn >> 1, sn >> 1, true);
+    }
+
+    function _chunkFits(uint256 length, uint256 index, uint256 count) private pure returns (bool) {
+        if (index >= count) return false;
+        if (length == CHUNK_SIZE) return true;
+        return index == count - 1 && (length != 0 || count == 1) && length < CHUNK_SIZE;
+    }
+
+    // --- keccak ------------------------------------------------------------------------------
+
+    /// @notice Whether `chunk` is chunk `index` of `count` under the keccak chunk root.
+    function verifyKeccak(bytes32 root, bytes calldata chunk, uint256 index, uint256 count, bytes32[] calldata siblings)
+        internal
+        pure
+        returns (bool)
+    {
+        if (!_chunkFits(chunk.length, index, count)) return false;
+        bytes32 r = keccak256(abi.encodePacked(bytes1(0x00), chunk));
+        uint256 fn = index;
+        uint256 sn = count - 1;
+        for (uint256 i; i < siblings.length; ++i) {
+            if (sn == 0) return false; // more siblings than the path has levels
+            bool onLeft;
+            (fn, sn, onLeft) = _up(fn, sn);
+            r = onLeft ? _keccakNode(r, siblings[i]) : _keccakNode(siblings[i], r);
+        }
+        return sn == 0 && r == root;
+    }
+
+    function _keccakNode(bytes32 left, bytes32 right) private pure returns (bytes32 hashed) {
+        assembly ("memory-safe") {
+            let p := mload(0x40)
+            mstore8(p, 0x01)
+            mstore(add(p, 1), left)
+            mstore(add(p, 33), right)
+            hashed := keccak256(p, 65)
+        }
+    }
+
+    // --- BLAKE3 ------------------------------------------------------------------------------
+
+    /// @notice Whether `chunk` is chunk `index` of a `count`-chunk input whose BLAKE3 hash is `root`.
+    function verifyBlake3(bytes32 root, bytes calldata chunk, uint256 index, uint256 count, bytes32[] calldata siblings)
+        internal
+        pure
+        returns (bool)
+    {
+        if (!_chunkFits(chunk.length, index, count)) return false;
+        if (count == 1) return siblings.length == 0 && _chunkCv(chunk, 0, true) == root;
+        bytes32 r = _chunkCv(chunk, index, false);
+        uint256 fn = index;
+        uint256 sn = count - 1;
+        for (uint256 i; i < siblings.length; ++i) {
+            if (sn == 0) return false;
+            bool onLeft;
+            (fn, sn, onLeft) = _up(fn, sn);
+            r = onLeft ? _parentCv(r, siblings[i], sn == 0) : _parentCv(siblings[i], r, sn == 0);
+        }
+        return sn == 0 && r == root;
+    }
+
+    /// @dev The chaining value of one chunk: its blocks compressed in turn, counter = index.
+    function _chunkCv(bytes calldata chunk, uint256 index, bool isRoot) private pure returns (bytes32) {
+        uint256[8] memory cv = _iv8();
+        uint256 blocks = chunk.length == 0 ? 1 : (chunk.length + BLOCK_SIZE - 1) / BLOCK_SIZE;
+        for (uint256 b; b < blocks; ++b) {
+            uint256 offset = b * BLOCK_SIZE;
+            uint256 length = chunk.length - offset < BLOCK_SIZE ? chunk.length - offset : BLOCK_SIZE;
+            uint256 flags = (b == 0 ? CHUNK_START : 0) | (b == blocks - 1 ? CHUNK_END : 0);
+            if (isRoot && b == blocks - 1) flags |= ROOT;
+            cv = _compress(cv, _block(chunk, offset, length), index, length, flags);
+        }
+        return _cvBytes(cv);
+    }
+
+    function _parentCv(bytes32 left, bytes32 right, bool isRoot) private pure returns (bytes32) {
+        uint256[16] memory m;
+        uint256[8] memory l = _cvWords(left);
+        uint256[8] memory r = _cvWords(right);
+        for (uint256 i; i < 8; ++i) {
+            m[i] = l[i];
+            m[i + 8] = r[i];
+        }
+        return _cvBytes(_compress(_iv8(), m, 0, BLOCK_SIZE, PARENT | (isRoot ? ROOT : 0)));
+    }
+
+    function _iv8() private pure returns (uint256[8] memory) {
+        return [uint256(0x6A09E667), 0xBB67AE85, 0x3C6EF372, 0xA54FF53A, 0x510E527F, 0x9B05688C, 0x1F83D9AB,
+            0x5BE0CD19];
+    }
+
+    function _swap32(uint256 x) private pure returns (uint256) {
+        return ((x & 0xFF) << 24) | ((x & 0xFF00) << 8) | ((x >> 8) & 0xFF00) | (x >> 24);
+    }
+
+    /// @dev Little-endian words of `length` bytes at `offset`, zero-padded to 64 bytes.
+    function _block(bytes calldata data, uint256 offset, uint256 length) private pure returns (uint256[16] memory m) {
+        uint256 hi;
+        uint256 lo;
+        assembly ("memory-safe") {
+            hi := calldataload(add(data.offset, offset))
+            lo := calldataload(add(data.offset, add(offset, 32)))
+        }
+        // calldata past the chunk belongs to other arguments: keep only `length` bytes
+        if (length < 32) {
+            hi = length == 0 ? 0 : hi & ~((uint256(1) << (256 - 8 * length)) - 1);
+            lo = 0;
+        } else if (length < 64) {
+            lo = length == 32 ? 0 : lo & ~((uint256(1) << (512 - 8 * length)) - 1);
+        }
+        for (uint256 j; j < 8; ++j) {
+            m[j] = _swap32((hi >> (224 - 32 * j)) & M32);
+            m[j + 8] = _swap32((lo >> (224 - 32 * j)) & M32);
+        }
+    }
+
+    function _cvWords(bytes32 cv) private pure returns (uint256[8] memory w) {
+        for (uint256 j; j < 8; ++j) {
+            w[j] = _swap32((uint256(cv) >> (224 - 32 * j)) & M32);
+        }
+    }
+
+    function _cvBytes(uint256[8] memory w) private pure returns (bytes32) {
+        uint256 out;
+        for (uint256 j; j < 8; ++j) {
+            out |= _swap32(w[j]) << (224 - 32 * j);
+        }
+        return bytes32(out);
+    }
+
+    /// @dev BLAKE3's compression (7 rounds of 8 G mixes), in assembly: the message words are
+    /// read through the schedule of each round (MSG_SCHEDULE: round r's 16 word indices at
+    /// bytes 16r..16r+15) instead of permuting the block six times.
+    function _compress(uint256[8] memory cv, uint256[16] memory m, uint256 counter, uint256 blockLen, uint256 flags)
+        private
+        pure
+        returns (uint256[8] memory out)
+    {
+        assembly ("memory-safe") {
+            function rotr(x, n) -> y {
+                y := and(or(shr(n, x), shl(sub(32, n), x)), 0xFFFFFFFF)
+            }
+            // v[a] += v[b] + x; v[d] = rotr(v[d] ^ v[a], 16); ... as the BLAKE3 paper's G
+            function g(st, a, b, c, d, x, y) {
+                let at := add(st, a)
+                let bt := add(st, b)
+                let ct := add(st, c)
+                let dt := add(st, d)
+                let va := and(add(add(mload(at), mload(bt)), x), 0xFFFFFFFF)
+                let vd := rotr(xor(mload(dt), va), 16)
+                let vc := and(add(mload(ct), vd), 0xFFFFFFFF)
+                let vb := rotr(xor(mload(bt), vc), 12)
+                va := and(add(add(va, vb), y), 0xFFFFFFFF)
+                vd := rotr(xor(vd, va), 8)
+                vc := and(add(vc, vd), 0xFFFFFFFF)
+                mstore(at, va)
+                mstore(bt, rotr(xor(vb, vc), 7))
+                mstore(ct, vc)
+                mstore(dt, vd)
+            }
+            function word(block, order, k) -> w {
+                w := mload(add(block, shl(5, byte(k, order))))
+            }
+            // scratch state above the free memory pointer (not kept past this call)
+            let v := mload(0x40)
+            for { let i := 0 } lt(i, 8) { i := add(i, 1) } {
+                mstore(add(v, shl(5, i)), mload(add(cv, shl(5, i))))
+            }
+            mstore(add(v, 0x100), 0x6A09E667)
+            mstore(add(v, 0x120), 0xBB67AE85)
+            mstore(add(v, 0x140), 0x3C6EF372)
+            mstore(add(v, 0x160), 0xA54FF53A)
+            mstore(add(v, 0x180), and(counter, 0xFFFFFFFF))
+            mstore(add(v, 0x1A0), and(shr(32, counter), 0xFFFFFFFF))
+            mstore(add(v, 0x1C0), blockLen)
+            mstore(add(v, 0x1E0), flags)
+            for { let r := 0 } lt(r, 7) { r := add(r, 1) } {
+                let schedule := 0
+                switch shr(1, r)
+                case 0 { schedule := 0x000102030405060708090a0b0c0d0e0f0206030a0700040d010b0c05090e0f08 }
+                case 1 { schedule := 0x03040a0c0d02070e060509000b0f08010a070c090e030d0f04000b0205080106 }
+                case 2 { schedule := 0x0c0d090b0f0a0e080702050300010604090e0b05080c0f010d03000a02060407 }
+                default { schedule := 0x0b0f0500010908060e0a020c0304070d00000000000000000000000000000000 }
+                let k := shl(4, and(r, 1))
+                g(v, 0x000, 0x080, 0x100, 0x180, word(m, schedule, k), word(m, schedule, add(k, 1)))
+                g(v, 0x020, 0x0A0, 0x120, 0x1A0, word(m, schedule, add(k, 2)), word(m, schedule, add(k, 3)))
+                g(v, 0x040, 0x0C0, 0x140, 0x1C0, word(m, schedule, add(k, 4)), word(m, schedule, add(k, 5)))
+                g(v, 0x060, 0x0E0, 0x160, 0x1E0, word(m, schedule, add(k, 6)), word(m, schedule, add(k, 7)))
+                g(v, 0x000, 0x0A0, 0x140, 0x1E0, word(m, schedule, add(k, 8)), word(m, schedule, add(k, 9)))
+                g(v, 0x020, 0x0C0, 0x160, 0x180, word(m, schedule, add(k, 10)), word(m, schedule, add(k, 11)))
+                g(v, 0x040, 0x0E0, 0x100, 0x1A0, word(m, schedule, add(k, 12)), word(m, schedule, add(k, 13)))
+                g(v, 0x060, 0x080, 0x120, 0x1C0, word(m, schedule, add(k, 14)), word(m, schedule, add(k, 15)))
+            }
+            for { let i := 0 } lt(i, 8) { i := add(i, 1) } {
+                mstore(add(out, shl(5, i)), xor(mload(add(v, shl(5, i))), mload(add(v, add(0x100, shl(5, i))))))
+            }
+        }
+    }
+}
