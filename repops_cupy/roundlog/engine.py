@@ -39,6 +39,8 @@ class RoundLogError(RuntimeError):
 
 
 EXAMPLE, SHARED, STEP = "example", "shared", "step"
+_EMPTY_POS = torch.zeros(0, dtype=torch.int64)
+_NO_ENTRIES = Decisions(_EMPTY_POS, torch.zeros(0, dtype=torch.bool), _EMPTY_POS, torch.zeros(0, dtype=F32))
 
 
 @dataclass
@@ -302,14 +304,15 @@ class RoundingEngine:
 
     def _entries_for(self, start: int, n: int) -> Decisions:
         log = self.log
-        lo = int(np.searchsorted(log.bit_pos, start, side="left"))
-        hi = int(np.searchsorted(log.bit_pos, start + n, side="left"))
-        bit_pos = torch.from_numpy(log.bit_pos[lo:hi].astype(np.int64) - start)
-        bit_up = torch.from_numpy(np.ascontiguousarray(log.bit_up[lo:hi]))
-        lo = int(np.searchsorted(log.value_pos, start, side="left"))
-        hi = int(np.searchsorted(log.value_pos, start + n, side="left"))
-        value_pos = torch.from_numpy(log.value_pos[lo:hi].astype(np.int64) - start)
-        value = torch.from_numpy(np.ascontiguousarray(log.value[lo:hi]))
+        bounds = np.array((start, start + n), dtype=np.uint64)  # the positions' own type: no float compare
+        b_lo, b_hi = np.searchsorted(log.bit_pos, bounds, side="left").tolist()
+        v_lo, v_hi = np.searchsorted(log.value_pos, bounds, side="left").tolist()
+        if b_lo == b_hi and v_lo == v_hi:
+            return _NO_ENTRIES  # most sites: the entries are rare
+        bit_pos = torch.from_numpy(log.bit_pos[b_lo:b_hi].astype(np.int64) - start)
+        bit_up = torch.from_numpy(np.ascontiguousarray(log.bit_up[b_lo:b_hi]))
+        value_pos = torch.from_numpy(log.value_pos[v_lo:v_hi].astype(np.int64) - start)
+        value = torch.from_numpy(np.ascontiguousarray(log.value[v_lo:v_hi]))
         return Decisions(bit_pos, bit_up, value_pos, value)
 
     # ------------------------------------------------------------ calibration
