@@ -128,4 +128,7 @@ def connect_from_env() -> Communicator:
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     except (KeyError, ValueError) as exc:
         raise WorkerError(f"torchrun variables missing or malformed: {exc}") from None
-    return connect(rank, size, host=host, port=port)
+    _, dist = _torch()
+    # torchrun's agent already serves the store at MASTER_PORT; rank 0 serves it only without one
+    serve = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+    return connect(rank, size, store=dist.TCPStore(host, port, size, serve, TIMEOUT))

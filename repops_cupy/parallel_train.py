@@ -10,6 +10,7 @@ same next state, so nothing but the collectives inside the step crosses between 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 import traceback
 from contextlib import contextmanager
@@ -85,10 +86,33 @@ def _worker_main(rank: int, size: int, port: int, program: Any, threads: int | N
         sys.exit(1)
 
 
+def env_rank() -> int:
+    """This process's rank under torchrun (RANK), 0 when it is not set."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        raise WorkerError(f"RANK={os.environ['RANK']!r} is not an integer") from None
+
+
 def serve_from_env(program: Any, threads: int | None = None) -> None:
     """A worker of ranks >= 1 under torchrun (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)."""
     limit_threads(threads)
     serve(SplitProgram(program, connect_from_env()))
+
+
+@contextmanager
+def env_pool(program: Any, *, threads: int | None = None) -> Iterator[WorkerPool]:
+    """Rank 0 of a group torchrun started (on one host or several); the others run `serve_from_env`."""
+    limit_threads(threads)
+    comm = connect_from_env()
+    if comm.rank != 0:
+        raise WorkerError(f"rank {comm.rank} follows rank 0: it serves steps, it does not drive a run")
+    shares(program.spec.batch_size, comm.size)
+    pool = WorkerPool(SplitProgram(program, comm))
+    try:
+        yield pool
+    finally:
+        pool.stop()
 
 
 class WorkerPool:
@@ -159,4 +183,5 @@ def worker_pool(program: Any, workers: int, *, threads: int | None = None) -> It
         raise WorkerError(f"{len(failed)} worker process(es) failed (exit status {failed})")
 
 
-__all__ = ["SplitError", "SplitProgram", "WorkerError", "WorkerPool", "serve", "serve_from_env", "worker_pool"]
+__all__ = ["SplitError", "SplitProgram", "WorkerError", "WorkerPool", "env_pool", "env_rank", "serve", "serve_from_env",
+           "worker_pool"]

@@ -50,7 +50,7 @@ from .models.layers import Layer
 from .optim import PARAM_PREFIX, initial_optimizer_state, optimizer_nodes
 from .parallel import SplitError
 from .parallel_comm import WorkerError
-from .parallel_train import worker_pool
+from .parallel_train import env_pool, worker_pool
 
 STEP_KEY = "step"
 BATCH_PREFIX = "batch/"
@@ -250,22 +250,24 @@ def _host(state: dict[str, Any]) -> dict[str, np.ndarray]:
 
 def train(spec: JobSpec, out_dir: str | Path, *, resume: bool = False, device: str = "cpu",
           on_step: StepCallback | None = None, program: TrainingProgram | None = None,
-          workers: int = 1, threads: int | None = None) -> Trace:
+          workers: int = 1, threads: int | None = None, torchrun: bool = False) -> Trace:
     """Run `spec` for spec.steps steps into `out_dir`; returns the finished trace.
 
     workers > 1: the batch is cut over that many processes on this machine (the same
-    bits, see `parallel`), each with `threads` kernel threads; CPU only.
+    bits, see `parallel`), each with `threads` kernel threads; CPU only. torchrun: this
+    process is rank 0 of the group torchrun describes (`parallel_train.env_pool`).
     """
-    if workers == 1:
+    if workers == 1 and not torchrun:
         return _train(spec, out_dir, resume, device, on_step, program, None)
     if device != "cpu":
         raise TrainingError("several workers run on CPU (gloo); --device gpu takes one worker")
     program = program or TrainingProgram(spec)
     try:
-        with worker_pool(program, workers, threads=threads) as pool:
+        pool_of = env_pool(program, threads=threads) if torchrun else worker_pool(program, workers, threads=threads)
+        with pool_of as pool:
             return _train(spec, out_dir, resume, device, on_step, program, pool.run_step)
     except (SplitError, WorkerError) as exc:
-        raise TrainingError(f"--workers {workers}: {exc}") from None
+        raise TrainingError(f"{'torchrun' if torchrun else f'--workers {workers}'}: {exc}") from None
 
 
 def _train(spec: JobSpec, out_dir: str | Path, resume: bool, device: str, on_step: StepCallback | None,

@@ -6,7 +6,11 @@ with the step graph (`repops_cupy`), one with torch eager float32 and torch's ow
 optimizer. Each reports the median step time after warm-up steps and its peak
 resident memory; the parent prints one table. Run from the repository root:
 
-    python scripts/bench_train.py [--steps N] [--warmup W] [--threads T] [--jobs tiny-gpt,mlp]
+    python scripts/bench_train.py [--steps N] [--warmup W] [--threads T] [--jobs tiny-gpt,mlp] [--workers 2]
+
+Rows "gavel N workers" run the same step graph cut over N worker processes (gloo on
+127.0.0.1, `repops_cupy.parallel`), each with T threads, and compare with the
+one-device step of the same run.
 
 Both sides get the same thread count (default 1: on a shared, oversubscribed machine
 spinning thread pools make multi-threaded timings meaningless). Minimum and median
@@ -57,7 +61,22 @@ def _child(job: str, engine: str, steps: int, warmup: int) -> dict:
             times.append(time.perf_counter() - t)
             peak_bytes = max(peak_bytes, run.peak_bytes)
             state = {k: v for k, v in run.outputs.items() if k != "loss"}
-        extra = {"trace_s": trace_s, "nodes": len(graph), "graph_peak_mb": peak_bytes / 2**20}
+        from repops_cupy.memory import peak_bytes as estimate
+
+        extra = {"trace_s": trace_s, "nodes": len(graph), "graph_peak_mb": peak_bytes / 2**20,
+                 "estimate_mb": estimate(graph) / 2**20}
+    elif engine.startswith("workers"):
+        from repops_cupy.parallel_train import worker_pool
+
+        state = program.initial_state()
+        base_mb = _rss_mb()
+        with worker_pool(program, int(engine.removeprefix("workers")),
+                         threads=int(os.environ["GAVEL_BENCH_THREADS"])) as pool:
+            for _ in range(warmup + steps):
+                t = time.perf_counter()
+                state, _ = pool.run_step(state)
+                times.append(time.perf_counter() - t)
+        extra = {}
     else:
         import torch
 
@@ -107,6 +126,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (JIT, caches)")
     parser.add_argument("--jobs", default="tiny-gpt,mlp")
     parser.add_argument("--threads", type=int, default=1, help="threads for BLAS, numba and torch on both sides")
+    parser.add_argument("--workers", default="2", help="worker counts to time besides one device, e.g. 2,3 ('' for none)")
     parser.add_argument("--child", nargs=2, metavar=("JOB", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -125,7 +145,12 @@ def main() -> int:
         print(f"{job:<10} {'gavel step graph':<18} {ours['step_s'] * 1e3:>10.2f} {ours['min_s'] * 1e3:>9.2f} {ratio:>7.2f} "
               f"{ours['peak_mb']:>12.0f} "
               f"{ours['base_mb']:>15.0f}  {ours['nodes']} nodes, graph values peak {ours['graph_peak_mb']:.1f} MB, "
-              f"trace {ours['trace_s']:.1f} s")
+              f"estimate {ours['estimate_mb']:.1f} MB, trace {ours['trace_s']:.1f} s")
+        for n in [int(w) for w in args.workers.split(",") if w]:
+            split = _run_child(job, f"workers{n}", args.steps, args.warmup, args.threads)
+            print(f"{job:<10} {f'gavel {n} workers':<18} {split['step_s'] * 1e3:>10.2f} {split['min_s'] * 1e3:>9.2f} "
+                  f"{split['step_s'] / ref['step_s']:>7.2f} {split['peak_mb']:>12.0f} {split['base_mb']:>15.0f}  "
+                  f"{split['step_s'] / ours['step_s']:.2f} x the 1-worker step ({n} processes, same bits)")
     return 0
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
@@ -33,6 +34,8 @@ from repops_cupy.memory import describe as describe_bytes
 from repops_cupy.memory import peak_bytes
 from repops_cupy.models import count_params
 from repops_cupy.parallel import SplitError, shares
+from repops_cupy.parallel_comm import WorkerError
+from repops_cupy.parallel_train import env_rank, serve_from_env
 from repops_cupy.train import TRACE_FILE, Trace, TrainingError, TrainingProgram, replay, train
 
 from ..threads import kernel_threads, limit_kernel_threads
@@ -91,6 +94,9 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--workers", type=_positive_int, default=1,
                    help="processes that share each batch (gloo on 127.0.0.1); any number gives the same bits")
+    p.add_argument("--torchrun", action="store_true",
+                   help="one of the workers torchrun started (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), on one "
+                        "host or several: rank 0 writes --out, the others follow")
     _add_thread_options(p)
     return p
 
@@ -126,7 +132,10 @@ def train_main(argv: list[str]) -> int:
             return roundlog.train(args.job, args.out, steps=args.steps, resume=args.resume,
                                       threads=args.threads, backend=args.matmul_backend, micro_batch=args.micro_batch)
         program = load_training(args.job, args.steps)
-        worker_shares = _worker_shares(program, args.workers, args.device)
+        if args.torchrun and _torchrun_rank() > 0:
+            return _follow(program, args)
+        worker_shares = _worker_shares(program, int(os.environ.get("WORLD_SIZE", "1")) if args.torchrun
+                                       else args.workers, args.device)
         if (out / TRACE_FILE).exists() and not args.resume:
             raise UsageError(f"{out} already holds a trace: pass --resume to continue it, or choose another --out")
         _make_out(out)
@@ -138,8 +147,8 @@ def train_main(argv: list[str]) -> int:
           f"checkpoint every {spec.checkpoint_interval}", flush=True)
     print(f"data root {program.dataset.root().hex()}", flush=True)
     print(f"peak memory estimate {describe_bytes(peak_bytes(graph))} per step on one device", flush=True)
-    if args.workers > 1:
-        print(f"{args.workers} workers, examples per worker {list(worker_shares)}", flush=True)
+    if len(worker_shares) > 1:
+        print(f"{len(worker_shares)} workers, examples per worker {list(worker_shares)}", flush=True)
     # the bar starts with the first step, so that an error before it is the only line on stderr
     progress = Progress(
         TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
@@ -165,7 +174,7 @@ def train_main(argv: list[str]) -> int:
         threads = args.threads or max(1, kernel_threads() // args.workers)
         with limit_kernel_threads(threads):
             trace = train(spec, out, resume=args.resume, device=args.device, on_step=on_step, program=program,
-                          workers=args.workers, threads=threads)
+                          workers=args.workers, threads=threads, torchrun=args.torchrun)
         progress.update(task, completed=spec.steps)
     except KeyboardInterrupt:
         stop()
@@ -181,6 +190,22 @@ def train_main(argv: list[str]) -> int:
         print(f"loss: first {trace.losses[0]:.4f}, last {trace.losses[-1]:.4f}")
     print(f"{len(trace.checkpoints)} checkpoints, trace in {out}/{TRACE_FILE}")
     print(trace.root.hex())
+    return 0
+
+
+def _torchrun_rank() -> int:
+    try:
+        return env_rank()
+    except WorkerError as exc:
+        raise UsageError(f"--torchrun: {exc}") from None
+
+
+def _follow(program: TrainingProgram, args: argparse.Namespace) -> int:
+    """A torchrun rank above 0: serve rank 0's steps until it stops the run."""
+    try:
+        serve_from_env(program, args.threads or kernel_threads())
+    except (WorkerError, RuntimeError) as exc:
+        return _fail("gavel train", f"torchrun rank {env_rank()}: {exc}", 1)
     return 0
 
 
