@@ -535,8 +535,8 @@ class ClientRole:
             }
         from contracts import JobStatus
 
-        how = ENDED_FINALIZED if info.status == JobStatus.FINALIZED else (
-            ENDED_UNFILLED if cj.record.get("unfilled") else ENDED_REFUNDED)
+        unfilled = info.providers_accepted < info.providers_wanted  # the chain's word: our row may be older
+        how = ENDED_FINALIZED if info.status == JobStatus.FINALIZED else ENDED_UNFILLED if unfilled else ENDED_REFUNDED
         summary = {"job": cj.job_id.hex(), "status": info.status.name, "ended": how, "providers": providers,
                    "verdicts": cj.record["verdicts"]}
         if cj.record.get("result_dir"):  # only a result whose root stood (client_result)

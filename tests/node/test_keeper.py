@@ -68,9 +68,10 @@ async def test_an_unfilled_job_whose_client_is_gone_is_refunded_by_another_nodes
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 @trio_test(timeout=120)
 async def test_a_disputed_job_whose_referee_is_gone_is_lapsed_and_settled_by_a_keeper(tmp_path):
-    from contracts import DisputeOpened, DisputeStatus, Role
+    from contracts import DisputeOpened, DisputeStatus, NodeStatus, Role
     from node.roles.chain import _embedded_chain
     from node.roles.context import encode_record
     from node.storage import Job
@@ -82,10 +83,12 @@ async def test_a_disputed_job_whose_referee_is_gone_is_lapsed_and_settled_by_a_k
         binding = context_of(watcher).chain
         # A job played on the real contract by accounts of no node here: two providers commit
         # different roots, one disputes the other, and the client (its referee) vanishes.
-        client, p1, p2 = [a for a in shared.chain.accounts if a != binding.account][-3:]
         as_ = binding.settlement.connect
         job_id = bytes(range(32))
         with shared.lock:
+            # Accounts no node registered (this process's chain is shared by its tests' nodes).
+            client, p1, p2 = [a for a in shared.chain.accounts
+                              if binding.settlement.node(a).status == NodeStatus.NONE][-3:]
             for i, p in enumerate((p1, p2)):
                 as_(p).register(bytes([i + 1]) * 32, Role.PROVIDER, stake=2 * ETHER)
             now = shared.chain.now()
