@@ -141,8 +141,9 @@ class _OpCall:
             return route(*args, **kwargs)
         return self.func(*args, **kwargs)
 
-    def round_outputs(self, out: Any) -> tuple[list, Any, list[int]]:
-        """Round float64 outputs through the engine; returns flat outputs, spec, float slots."""
+    def round_outputs(self, out: Any) -> tuple[list, Any, list[int], list]:
+        """Round float64 outputs through the engine; returns flat rounded outputs, spec, float
+        slots, and the flat unrounded outputs."""
         flat, spec = tree_flatten(out)
         batch_dep = any(self.batch)
         floats = []
@@ -153,7 +154,7 @@ class _OpCall:
                 rounded.append(self.mode.engine.site(f"{self.name}:out{j}", o.detach(), batch_dep, self.name in EXACT_OPS))
             else:
                 rounded.append(o.detach() if isinstance(o, torch.Tensor) else o)
-        return rounded, spec, floats
+        return rounded, spec, floats, flat
 
 
 class _RoundedOp(torch.autograd.Function):
@@ -163,8 +164,7 @@ class _RoundedOp(torch.autograd.Function):
             local = [t.detach().requires_grad_(t.requires_grad) if t.is_floating_point() else t.detach()
                      for t in tensors]
             out = call.compute(local)
-        rounded, spec, floats = call.round_outputs(out)
-        flat_out = tree_flatten(out)[0]
+        rounded, spec, floats, flat_out = call.round_outputs(out)
         ctx.call, ctx.local_in = call, local
         ctx.local_out = [flat_out[j] for j in floats]
         ctx.out_shapes = [flat_out[j].shape for j in floats]
@@ -274,7 +274,7 @@ class RoundingMode(TorchFunctionMode):
         else:
             with torch.no_grad():
                 out = call.compute([t.detach() for t in tensors])
-            rounded, spec, _ = call.round_outputs(out)
+            rounded, spec, _, _ = call.round_outputs(out)
             result = tree_unflatten(rounded, spec)
         if any(call.batch):
             _mark_outputs(result)
