@@ -208,3 +208,21 @@ def test_gavel_train_refuses_more_workers_than_examples(tmp_path):
     assert proc.returncode == 2
     assert "65 workers for a batch of 64: every worker needs at least one example" in proc.stderr
     assert not (tmp_path / "o" / "trace.json").exists()
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_give_the_one_device_trace_root(tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed next to this Python")
+    import socket
+
+    with socket.socket() as s:  # a free loopback port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "tr"
+    proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+                           str(port), "-m", "node", "train", str(JOBS / "mlp.toml"), "--out", str(out), "--steps", "20",
+                           "--torchrun", "--threads", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith(MLP_ROOT_20)
