@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from ._backend import to_numpy
-from .parallel import SplitError, Share, counts_by_how, execute_share, shares, split_plan, with_batch_size
+from .parallel import SplitError, Share, counts_by_how, execute_share, shares, split_plan
 from .parallel_comm import Communicator, WorkerError, connect, connect_from_env
 
 _STEP, _STATE, _STOP = "step", "state", "stop"
@@ -44,21 +44,16 @@ class SplitProgram:
     """A training program's step graph with its split plan, run as one worker of a group."""
 
     def __init__(self, program: Any, comm: Communicator) -> None:
-        from .train import TrainingProgram  # noqa: PLC0415 - train imports this module
-
-        spec = program.spec
+        """`program`: a `train.TrainingProgram` (not imported here: train imports this module)."""
+        batch = program.spec.batch_size
         self.program, self.comm = program, comm
-        self.share = Share(comm.rank, shares(spec.batch_size, comm.size))
-        other = TrainingProgram(with_batch_size(spec, spec.batch_size + 1), dataset=program.dataset,
-                                net=program.net, initial_params=program._initial_params)
-        self.plan = split_plan(program.graph, spec.batch_size, other.graph, spec.batch_size + 1)
+        self.share = Share(comm.rank, shares(batch, comm.size))
+        self.plan = split_plan(program.graph, batch, program.at_batch_size(batch + 1).graph, batch + 1)
 
     def step(self, state: dict[str, Any]) -> tuple[dict[str, Any], float]:
-        from .train import LOSS_OUTPUT  # noqa: PLC0415
-
         host = {k: to_numpy(v) for k, v in state.items()}
         outputs = execute_share(self.program.graph, self.plan, self.program.leaf_values(host), self.share, self.comm)
-        loss = float(outputs.pop(LOSS_OUTPUT))
+        loss = float(outputs.pop(self.program.loss_output))
         return outputs, loss
 
 

@@ -48,7 +48,7 @@ from .merkle import merkle_root
 from .models import ForwardContext, build_network, classification_loss, init_params, language_loss
 from .models.layers import Layer
 from .optim import PARAM_PREFIX, initial_optimizer_state, optimizer_nodes
-from .parallel import SplitError
+from .parallel import SplitError, with_batch_size
 from .parallel_comm import WorkerError
 from .parallel_train import env_pool, worker_pool
 
@@ -84,6 +84,8 @@ def device_module(device: str) -> ModuleType:
 class TrainingProgram:
     """A job made executable: data set, network, initial state, step graph and batches."""
 
+    loss_output = LOSS_OUTPUT
+
     def __init__(self, spec: JobSpec, dataset: Dataset | None = None, net: Layer | None = None,
                  initial_params: dict[str, np.ndarray] | None = None) -> None:
         """`net` and `initial_params` replace the network and weights the spec describes
@@ -102,6 +104,12 @@ class TrainingProgram:
             initial_params = initial_weights(spec, net)
         self._initial_params = initial_params
         self._graph: StepGraph | None = None
+
+    def at_batch_size(self, batch_size: int) -> TrainingProgram:
+        """The same program (data, network, weights) with another batch size: its graph
+        shows which values follow the batch (`parallel.split_plan`)."""
+        return TrainingProgram(with_batch_size(self.spec, batch_size), dataset=self.dataset, net=self.net,
+                               initial_params=self._initial_params)
 
     # --- state and batches ---------------------------------------------------------
     def initial_state(self) -> dict[str, np.ndarray]:

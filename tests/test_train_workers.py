@@ -19,7 +19,7 @@ from repops_cupy import registry
 from repops_cupy.graph import execute
 from repops_cupy.jobspec import load_job
 from repops_cupy.parallel import (NodeSplit, Share, SplitError, counts_by_how, execute_share, run_split_node, shares,
-                                  split_plan, with_batch_size)
+                                  split_plan)
 from repops_cupy.parallel_comm import connect
 from repops_cupy.train import TrainingProgram
 
@@ -155,8 +155,7 @@ def test_shares_are_contiguous_and_even_and_more_workers_than_examples_is_refuse
 def _program_and_plan(job: str):
     program = TrainingProgram(load_job(JOBS / job))
     b = program.spec.batch_size
-    other = TrainingProgram(with_batch_size(program.spec, b + 1), dataset=program.dataset, net=program.net)
-    return program, split_plan(program.graph, b, other.graph, b + 1)
+    return program, split_plan(program.graph, b, program.at_batch_size(b + 1).graph, b + 1)
 
 
 def test_mlp_plan_cuts_weight_gradients_over_k_and_keeps_outputs_whole():
