@@ -13,7 +13,7 @@ side in its own process (so each peak is its own):
   on the same weights and batches, s/step after one warm-up step; peak RSS.
 
 Prints the ratio ours / torch. Example: python scripts/bench_gpt2.py (on 2 cores shared with
-other work, 2025-11-25: torch 12.7 s/step, peak RSS 4.2 GiB; gavel 59.5 s/step, 5.4 GiB, 4.7x;
+other work, 2026-11-25: torch 12.7 s/step, peak RSS 4.2 GiB; gavel 59.5 s/step, 5.4 GiB, 4.7x;
 tracing the graph 271 s; the three losses equal to 6 digits)
 """
 from __future__ import annotations
