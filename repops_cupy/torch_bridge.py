@@ -160,6 +160,9 @@ def to_torch(layer: L.Layer) -> nn.Module:
     if isinstance(layer, L.TransformerBlock):
         return TransformerBlock(layer.d_model, layer.n_heads, layer.d_ff, layer.dropout, layer.gelu)
     if isinstance(layer, GPT):
+        if layer.tie_head or layer.positions != layer.context:
+            raise UnsupportedLayer("no torch module for a GPT with a tied head or more positions than its context "
+                                   "(export its weights with repops_cupy.weights.save_weights(..., layout='gpt2'))")
         return TinyGPT(layer.vocab_size, layer.context, layer.d_model, layer.n_layers, layer.n_heads, layer.d_ff,
                        layer.dropout, layer.gelu)
     raise UnsupportedLayer(f"no torch module for {type(layer).__name__}")

@@ -54,6 +54,13 @@ def test_unsupported_layer_refusal_lists_the_supported_ones():
         to_layer(examples[name])
 
 
+def test_a_gpt2_shaped_gpt_has_no_torch_module_and_says_where_its_weights_go():
+    with pytest.raises(UnsupportedLayer, match="tied head.*layout='gpt2'"):
+        to_torch(GPT(50, 8, 16, 1, 2, 32, tie_head=True))
+    with pytest.raises(UnsupportedLayer, match="more positions than its context"):
+        to_torch(GPT(50, 8, 16, 1, 2, 32, n_positions=16))
+
+
 def test_layer_trees_and_torch_modules_share_parameter_names():
     gpt = GPT(vocab_size=13, context=8, d_model=16, n_layers=2, n_heads=4, d_ff=32)
     module = to_torch(gpt)
