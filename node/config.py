@@ -41,6 +41,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("price_per_step", str, "0", "provider: the least ether per training step it takes a job for", "--price-per-step"),
     Setting("capacity", int, 1, "provider: jobs it trains at once", "--capacity"),
     Setting("device", str, "auto", "provider and auditor: where training runs", "--device", ("auto", "cpu", "gpu")),
+    Setting("train_workers", int, 1, "provider: worker processes that share each batch of a job it trains (gloo on 127.0.0.1; the same bits for any number)", "--train-workers"),
+    Setting("memory_capacity_mb", float, 0.0, "provider: the most MiB one step of a job may need (the step graph's peak estimate) for it to take the job; 0: no limit", "--memory-capacity-mb"),
     Setting("cheat", str, "", "provider: deviate from every job on purpose, with this strategy of node.cheats (tests only)", "--cheat"),
     # a job setting: protocol.settings.JobSettings declares it (this row is checked against it by
     # tests/node/test_job_settings.py; importing protocol here would slow every command)

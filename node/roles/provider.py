@@ -32,6 +32,8 @@ import trio
 from libp2p.peer.id import ID
 
 from protocol import NEVER, Commitment, Envelope, JobOffer, RemoteProtocolError, commit_trace, decode_envelope
+from repops_cupy.memory import describe as describe_bytes
+from repops_cupy.memory import peak_bytes
 
 from ..errors import BadMessage, BlobNotFound, PeerError
 from ..framing import pack
@@ -145,11 +147,12 @@ class ProviderRole:
         try:
             await self._check_chain_job(job_id, terms, offer)
             try:
-                await ctx.prepare_job(job_id, signed, offer.bundle, [peer])
+                training, _ = await ctx.prepare_job(job_id, signed, offer.bundle, [peer])
             except BundleError as error:
                 raise RequestRefused(f"job bundle refused: {error}") from None
             except BlobNotFound as error:
                 raise RequestRefused(f"job bundle not delivered: {error}") from None
+            await self._check_memory(training)
             record = {"terms": signed.encode(), "bundle": offer.bundle, "contract": offer.contract,
                       "client_account": offer.client_account, "client_addrs": offer.client_addrs}
             s = ctx.chain.settlement
@@ -165,6 +168,17 @@ class ProviderRole:
                  format_ether(terms.payment))
         ctx.start_soon(self.work, job_id, name=f"provider job {job_id.hex()[:12]}")
         return {"account": ctx.chain.account}
+
+    async def _check_memory(self, training: Any) -> None:
+        """Refuse a job whose step needs more memory than this provider has (the estimate
+        from its step graph; 0 MiB configured: no limit)."""
+        limit = self.config.memory_capacity_mb
+        if limit <= 0:
+            return
+        need = await trio.to_thread.run_sync(step_peak_bytes, training)
+        if need is not None and need > limit * 2**20:
+            raise RequestRefused(f"the job needs about {describe_bytes(need)} per step (peak estimate from its "
+                                 f"step graph); this provider takes at most {limit:g} MiB")
 
     async def _check_chain_job(self, job_id: bytes, terms: Any, offer: Offer) -> None:
         from contracts import JobStatus
@@ -198,7 +212,7 @@ class ProviderRole:
             training, program = await ctx.prepare_job(job_id, signed, record["bundle"], [ctx.peer_of(signed.terms.client)])
             run = self.runs.get(job_id) or JobRun(training, program, job_dir(self.config.data_dir, job_id) / RUN_DIR,
                                                   job_id=job_id, cheat=self.config.cheat, cheats=self.ctx.node.cheats,
-                                                  device=self.device)
+                                                  device=self.device, workers=self.config.train_workers)
             self.runs[job_id] = run
             state = job.state
             if state in ("accepted", "trained"):
@@ -386,7 +400,7 @@ class ProviderRole:
         training, program = await self.ctx.prepare_job(job_id, signed, record["bundle"], [])
         run = self.runs.get(job_id) or JobRun(training, program, job_dir(self.config.data_dir, job_id) / RUN_DIR,
                                               job_id=job_id, cheat=self.config.cheat, cheats=self.ctx.node.cheats,
-                                              device=self.device)
+                                              device=self.device, workers=self.config.train_workers)
         self.runs[job_id] = run
         trace = self.traces.get(job_id) or run.finished_trace()
         if trace is None:
@@ -489,6 +503,13 @@ async def withdraw_credit(ctx: RoleContext) -> int:
     except Exception:  # broad: the settle loops call this and must outlive any failure: the next pass retries
         log.exception("withdrawing failed")
         return 0
+
+
+def step_peak_bytes(training: Any) -> int | None:
+    """The peak-bytes estimate of a job's step graph; None for a program without one."""
+    if not isinstance(getattr(type(training), "graph", None), property):
+        return None  # rounding-log jobs train torch modules: no step graph to estimate from
+    return peak_bytes(training.graph)
 
 
 def _terms(record: dict) -> Any:

@@ -86,7 +86,9 @@ class JobRun:
     """One job's training run in ``run_dir``."""
 
     def __init__(self, training: Any, program: Any, run_dir: Path, *, job_id: bytes, cheat: str = "",
-                 cheats: Cheats | None = None, device: str = "cpu") -> None:
+                 cheats: Cheats | None = None, device: str = "cpu", workers: int = 1) -> None:
+        """workers > 1: the run cuts each batch over that many processes (step-graph jobs on
+        CPU; the bits are those of one worker)."""
         self.training = training
         self.program = program
         self.run_dir = Path(run_dir)
@@ -94,6 +96,8 @@ class JobRun:
         self.cheat = cheat
         self.cheats = cheats
         self.device = device
+        # several workers run a step graph on CPU; other programs (rounding-log jobs) train on one
+        self.workers = workers if device == "cpu" and hasattr(training, "at_batch_size") else 1
         self.schedule = schedule_of(training)
         self._cheat_oracle: TrainingOracle | None = None
         self._cheat_rewrite: Any = None
@@ -120,7 +124,7 @@ class JobRun:
         threads it sets for the run, see the module's docstring)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.trained_steps, self.train_seconds = 0, 0.0
-        with limit_kernel_threads(kernel_threads()):
+        with limit_kernel_threads(max(1, kernel_threads() // self.workers)):
             return self._train(stop)
 
     def _train(self, stop: threading.Event) -> Trace:
@@ -144,7 +148,8 @@ class JobRun:
             log.info("job %s: resuming its training run from the last checkpoint", self.job_id.hex()[:12])
         try:
             trace = train(self.training.spec, self.run_dir, resume=resume, device=self.device, on_step=on_step,
-                          program=self.training)
+                          program=self.training, workers=self.workers,
+                          threads=max(1, kernel_threads() // self.workers))
         except (TrainingError, CheckpointError) as error:  # a damaged or foreign run directory
             raise RunFailed(str(error)) from None
         if len(trace.checkpoints) != self.schedule.checkpoints:
