@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
 import traceback
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -22,6 +23,7 @@ from .parallel_comm import Communicator, WorkerError, connect, connect_from_env
 
 _STEP, _STATE, _STOP = "step", "state", "stop"
 JOIN_SECONDS = 60.0
+WATCH_SECONDS = 0.2  # how often rank 0 looks at its workers while they join
 
 
 def limit_threads(n: int | None) -> None:
@@ -150,6 +152,29 @@ def _free_store(size: int):
     return dist.TCPStore("127.0.0.1", 0, size, True, TIMEOUT, wait_for_workers=False)
 
 
+def _join_watching(procs: list[Any], workers: int, store: Any) -> Communicator:
+    """Rank 0's side of the rendezvous, given up when a worker process dies first (else
+    rank 0 would wait for it until the rendezvous timeout)."""
+    joined: dict[str, Any] = {}
+
+    def join() -> None:
+        try:
+            joined["comm"] = connect(0, workers, store=store)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            joined["error"] = exc
+
+    thread = threading.Thread(target=join, name="gavel-rendezvous", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(WATCH_SECONDS)
+        dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+        if dead and thread.is_alive():
+            raise WorkerError(f"a worker process stopped before joining (exit status {dead}); its error is above")
+    if "error" in joined:
+        raise WorkerError(f"the workers could not join: {joined['error']}")
+    return joined["comm"]
+
+
 @contextmanager
 def worker_pool(program: Any, workers: int, *, threads: int | None = None) -> Iterator[WorkerPool]:
     """Start `workers` - 1 processes on this machine (gloo on 127.0.0.1) and join them as rank 0."""
@@ -162,8 +187,7 @@ def worker_pool(program: Any, workers: int, *, threads: int | None = None) -> It
         p.start()
     pool = None
     try:
-        comm = connect(0, workers, store=store)
-        pool = WorkerPool(SplitProgram(program, comm))
+        pool = WorkerPool(SplitProgram(program, _join_watching(procs, workers, store)))
         yield pool
     finally:
         if pool is not None:

@@ -225,3 +225,24 @@ def test_torchrun_ranks_give_the_one_device_trace_root(tmp_path):
                            "--torchrun", "--threads", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1].startswith(MLP_ROOT_20)
+
+
+def _fail_in_the_worker():
+    raise RuntimeError("this worker cannot start")
+
+
+class ProgramThatFailsInItsWorkers(TrainingProgram):
+    """A real program here; in a spawned worker its unpickling raises (as a broken install would)."""
+
+    def __reduce__(self):
+        return (_fail_in_the_worker, ())
+
+
+def test_a_worker_that_dies_before_joining_ends_the_run_with_a_clear_error():
+    from repops_cupy.parallel_comm import WorkerError
+    from repops_cupy.parallel_train import worker_pool
+
+    program = ProgramThatFailsInItsWorkers(load_job(JOBS / "mlp.toml"))
+    with pytest.raises(WorkerError, match=r"a worker process stopped before joining \(exit status \[1\]\)"):
+        with worker_pool(program, 2, threads=1):
+            pass
