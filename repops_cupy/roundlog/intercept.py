@@ -95,19 +95,17 @@ def _count_uses(leaves) -> None:
             uses = getattr(t, USES_ATTR, None)
             if uses is not None:
                 uses[0] += 1
+                if uses[0] == 2:  # a second reader: its gradient is a sum (the hook may come any time before backward)
+                    engine = uses.pop()
+                    t.register_hook(lambda g: engine.site("fan_in:grad", g, True, True))
 
 
 def _round_fan_in(engine: RoundingEngine, t: torch.Tensor) -> None:
     """Round the gradient autograd sums for an output read by several ops (a residual
     stream, a tensor and its views): a fixed-order float64 sum of float32 values, the
-    same bits everywhere, so an exact site. Single-use outputs need nothing."""
-    uses = [0]
-    setattr(t, USES_ATTR, uses)
-
-    def hook(g: torch.Tensor):
-        return engine.site("fan_in:grad", g, True, True) if uses[0] > 1 else None
-
-    t.register_hook(hook)
+    same bits everywhere, so an exact site. Single-use outputs need nothing, so the hook
+    is registered only at the second use (:func:`_count_uses`)."""
+    setattr(t, USES_ATTR, [0, engine])
 
 
 def _mark_outputs(out: Any) -> Any:
