@@ -164,9 +164,12 @@ library TensorChunk {
         return bytes32(out);
     }
 
-    /// @dev BLAKE3's compression (7 rounds of 8 G mixes), in assembly: the message words are
-    /// read through the schedule of each round (MSG_SCHEDULE: round r's 16 word indices at
-    /// bytes 16r..16r+15) instead of permuting the block six times.
+    /// @dev BLAKE3's compression with the 4x4 state as four rows, each row's four words in the
+    /// low halves of four 64-bit lanes of one uint256, so one lane-wise G mixes all four
+    /// columns (or, with b, c, d rotated by one, two, three lanes, all four diagonals) at once.
+    /// Masking every lane to 32 bits after an addition drops the carries. Round r reads the
+    /// message through its schedule (16 word indices at bytes 16r..16r+15 of MSG_SCHEDULE),
+    /// which is the permutation applied r times.
     function _compress(uint256[8] memory cv, uint256[16] memory m, uint256 counter, uint256 blockLen, uint256 flags)
         private
         pure
@@ -174,61 +177,66 @@ library TensorChunk {
     {
         assembly ("memory-safe") {
             function rotr(x, n) -> y {
-                y := and(or(shr(n, x), shl(sub(32, n), x)), 0xFFFFFFFF)
+                y := and(or(shr(n, x), shl(sub(32, n), x)), 0x00000000FFFFFFFF00000000FFFFFFFF00000000FFFFFFFF00000000FFFFFFFF)
             }
-            // v[a] += v[b] + x; v[d] = rotr(v[d] ^ v[a], 16); ... as the BLAKE3 paper's G
-            function g(st, a, b, c, d, x, y) {
-                let at := add(st, a)
-                let bt := add(st, b)
-                let ct := add(st, c)
-                let dt := add(st, d)
-                let va := and(add(add(mload(at), mload(bt)), x), 0xFFFFFFFF)
-                let vd := rotr(xor(mload(dt), va), 16)
-                let vc := and(add(mload(ct), vd), 0xFFFFFFFF)
-                let vb := rotr(xor(mload(bt), vc), 12)
-                va := and(add(add(va, vb), y), 0xFFFFFFFF)
-                vd := rotr(xor(vd, va), 8)
-                vc := and(add(vc, vd), 0xFFFFFFFF)
-                mstore(at, va)
-                mstore(bt, rotr(xor(vb, vc), 7))
-                mstore(ct, vc)
-                mstore(dt, vd)
+            function add3(x, y, z) -> w {
+                w := and(add(add(x, y), z), 0x00000000FFFFFFFF00000000FFFFFFFF00000000FFFFFFFF00000000FFFFFFFF)
+            }
+            function add2(x, y) -> w {
+                w := and(add(x, y), 0x00000000FFFFFFFF00000000FFFFFFFF00000000FFFFFFFF00000000FFFFFFFF)
             }
             function word(block, order, k) -> w {
                 w := mload(add(block, shl(5, byte(k, order))))
             }
-            // scratch state above the free memory pointer (not kept past this call)
-            let v := mload(0x40)
-            for { let i := 0 } lt(i, 8) { i := add(i, 1) } {
-                mstore(add(v, shl(5, i)), mload(add(cv, shl(5, i))))
-            }
-            mstore(add(v, 0x100), 0x6A09E667)
-            mstore(add(v, 0x120), 0xBB67AE85)
-            mstore(add(v, 0x140), 0x3C6EF372)
-            mstore(add(v, 0x160), 0xA54FF53A)
-            mstore(add(v, 0x180), and(counter, 0xFFFFFFFF))
-            mstore(add(v, 0x1A0), and(shr(32, counter), 0xFFFFFFFF))
-            mstore(add(v, 0x1C0), blockLen)
-            mstore(add(v, 0x1E0), flags)
-            for { let r := 0 } lt(r, 7) { r := add(r, 1) } {
-                let schedule := 0
+            // round r's message words at schedule positions j, j+2, j+4, j+6, in lanes 0..3
+            function pack(block, r, j) -> w {
+                let order := 0x0b0f0500010908060e0a020c0304070d00000000000000000000000000000000
                 switch shr(1, r)
-                case 0 { schedule := 0x000102030405060708090a0b0c0d0e0f0206030a0700040d010b0c05090e0f08 }
-                case 1 { schedule := 0x03040a0c0d02070e060509000b0f08010a070c090e030d0f04000b0205080106 }
-                case 2 { schedule := 0x0c0d090b0f0a0e080702050300010604090e0b05080c0f010d03000a02060407 }
-                default { schedule := 0x0b0f0500010908060e0a020c0304070d00000000000000000000000000000000 }
-                let k := shl(4, and(r, 1))
-                g(v, 0x000, 0x080, 0x100, 0x180, word(m, schedule, k), word(m, schedule, add(k, 1)))
-                g(v, 0x020, 0x0A0, 0x120, 0x1A0, word(m, schedule, add(k, 2)), word(m, schedule, add(k, 3)))
-                g(v, 0x040, 0x0C0, 0x140, 0x1C0, word(m, schedule, add(k, 4)), word(m, schedule, add(k, 5)))
-                g(v, 0x060, 0x0E0, 0x160, 0x1E0, word(m, schedule, add(k, 6)), word(m, schedule, add(k, 7)))
-                g(v, 0x000, 0x0A0, 0x140, 0x1E0, word(m, schedule, add(k, 8)), word(m, schedule, add(k, 9)))
-                g(v, 0x020, 0x0C0, 0x160, 0x180, word(m, schedule, add(k, 10)), word(m, schedule, add(k, 11)))
-                g(v, 0x040, 0x0E0, 0x100, 0x1A0, word(m, schedule, add(k, 12)), word(m, schedule, add(k, 13)))
-                g(v, 0x060, 0x080, 0x120, 0x1C0, word(m, schedule, add(k, 14)), word(m, schedule, add(k, 15)))
+                case 0 { order := 0x000102030405060708090a0b0c0d0e0f0206030a0700040d010b0c05090e0f08 }
+                case 1 { order := 0x03040a0c0d02070e060509000b0f08010a070c090e030d0f04000b0205080106 }
+                case 2 { order := 0x0c0d090b0f0a0e080702050300010604090e0b05080c0f010d03000a02060407 }
+                let k := add(shl(4, and(r, 1)), j)
+                w := or(or(word(block, order, k), shl(64, word(block, order, add(k, 2)))),
+                        or(shl(128, word(block, order, add(k, 4))), shl(192, word(block, order, add(k, 6)))))
             }
-            for { let i := 0 } lt(i, 8) { i := add(i, 1) } {
-                mstore(add(out, shl(5, i)), xor(mload(add(v, shl(5, i))), mload(add(v, add(0x100, shl(5, i))))))
+            function row(p) -> w {
+                w := or(or(mload(p), shl(64, mload(add(p, 0x20)))), or(shl(128, mload(add(p, 0x40))), shl(192, mload(add(p, 0x60)))))
+            }
+            let d := or(or(and(counter, 0xFFFFFFFF), shl(64, and(shr(32, counter), 0xFFFFFFFF))), or(shl(128, blockLen), shl(192, flags)))
+            let a := row(cv)
+            let b := row(add(cv, 0x80))
+            let c := 0xA54FF53A000000003C6EF37200000000BB67AE85000000006A09E667
+            for { let r := 0 } lt(r, 7) { r := add(r, 1) } {
+                // columns
+                a := add3(a, b, pack(m, r, 0))
+                d := rotr(xor(d, a), 16)
+                c := add2(c, d)
+                b := rotr(xor(b, c), 12)
+                a := add3(a, b, pack(m, r, 1))
+                d := rotr(xor(d, a), 8)
+                c := add2(c, d)
+                b := rotr(xor(b, c), 7)
+                // diagonals: lane i of b, c, d moves to lane i-1, i-2, i-3
+                b := or(shr(64, b), shl(192, b))
+                c := or(shr(128, c), shl(128, c))
+                d := or(shl(64, d), shr(192, d))
+                a := add3(a, b, pack(m, r, 8))
+                d := rotr(xor(d, a), 16)
+                c := add2(c, d)
+                b := rotr(xor(b, c), 12)
+                a := add3(a, b, pack(m, r, 9))
+                d := rotr(xor(d, a), 8)
+                c := add2(c, d)
+                b := rotr(xor(b, c), 7)
+                b := or(shl(64, b), shr(192, b))
+                c := or(shr(128, c), shl(128, c))
+                d := or(shr(64, d), shl(192, d))
+            }
+            a := xor(a, c)
+            b := xor(b, d)
+            for { let i := 0 } lt(i, 4) { i := add(i, 1) } {
+                mstore(add(out, shl(5, i)), and(shr(shl(6, i), a), 0xFFFFFFFF))
+                mstore(add(out, add(0x80, shl(5, i))), and(shr(shl(6, i), b), 0xFFFFFFFF))
             }
         }
     }
