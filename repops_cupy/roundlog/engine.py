@@ -247,10 +247,10 @@ class RoundingEngine:
         beta = 0.0 if exact else self.thresholds.beta(key)
         repeat_of_shared = info.kind == SHARED and self.pass_index > 0 and self._in_pass
         if beta == 0.0:
-            r = site_kernel.round_plain(flat) if site_kernel.AVAILABLE and self.compiled else flat.to(F32)
+            r = site_kernel.round_plain(flat) if self.compiled and site_kernel.active() else flat.to(F32)
             self._keep_for_digest(info, start, r)
             return (r if r.dtype == F64 else r.to(F64)).reshape(v.shape)
-        if site_kernel.AVAILABLE and self.compiled:
+        if self.compiled and site_kernel.active():
             beta_u = beta * UNIT_ROUNDOFF_F64
             if self.mode == "train":
                 r, dec = site_kernel.decide(flat, info.chunk_numel, beta_u)

@@ -10,13 +10,15 @@ the same operands, so the same bits and the same positions, in the same order;
 positions then go through the specification's own code (:func:`.rounding.entries_for`,
 :func:`.rounding.apply_entries`).
 
-Without numba ``AVAILABLE`` is False and the engine runs the specification.
+Without numba, or with REPOPS_CPU_KERNELS=0 (as for the other compiled kernels),
+:func:`active` is False and the engine runs the specification.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from ..cpu_kernels import enabled
 from ..cpu_kernels.compiler import AVAILABLE
 from . import rounding
 from .rounding import F64, ApplyReport, Decisions
@@ -56,6 +58,11 @@ if AVAILABLE:
             r64[i] = np.float64(np.float32(v[i]))
 
 
+def active() -> bool:
+    """Whether the engine should round through this module now."""
+    return AVAILABLE and enabled(np)
+
+
 def round_plain(flat: torch.Tensor) -> torch.Tensor:
     """float64(float32(v)) in one pass (an exact site: nothing to decide)."""
     v = flat.detach().contiguous().numpy()
@@ -93,4 +100,4 @@ def apply(flat: torch.Tensor, chunk: int, beta_u: float, dec: Decisions) -> tupl
     return r64, rep
 
 
-__all__ = ["AVAILABLE", "F64", "apply", "decide", "round_plain", "scan"]
+__all__ = ["AVAILABLE", "F64", "active", "apply", "decide", "round_plain", "scan"]
