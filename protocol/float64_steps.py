@@ -25,8 +25,10 @@ from __future__ import annotations
 from math import isqrt
 from typing import Callable, NamedTuple
 
+from .errors import LocalProtocolError
+
 __all__ = [
-    "DEFAULT_NAN32", "DEFAULT_NAN64", "INT64_INDEFINITE", "STEPS", "Step",
+    "DEFAULT_NAN32", "DEFAULT_NAN64", "FLOAT32_OPERANDS", "INT64_INDEFINITE", "STEPS", "Step", "run_step",
     "f32_add", "f32_div", "f32_mul", "f32_sqrt", "f32_sub", "f32_to_f64",
     "f64_abs", "f64_add", "f64_div", "f64_eq", "f64_fma", "f64_frexp_exponent", "f64_frexp_mantissa",
     "f64_ldexp", "f64_le", "f64_lt", "f64_mul", "f64_neg", "f64_rint", "f64_sqrt", "f64_sub",
@@ -407,3 +409,25 @@ STEPS: dict[str, Step] = {
     "f32_add": Step(20, 2, f32_add), "f32_sub": Step(21, 2, f32_sub), "f32_mul": Step(22, 2, f32_mul),
     "f32_div": Step(23, 2, f32_div), "f32_sqrt": Step(24, 1, f32_sqrt),
 }
+
+
+FLOAT32_OPERANDS = frozenset({"f32_to_f64", "f32_add", "f32_sub", "f32_mul", "f32_div", "f32_sqrt"})
+
+
+def run_step(name: str, *operands: int) -> int:
+    """One step by name, its operands checked: the entry point for bit patterns from outside.
+
+    The step functions themselves trust their operands (they run millions of times in tests);
+    this raises LocalProtocolError for an unknown step, a wrong operand count or an operand
+    that is not a bit pattern of the step's width.
+    """
+    step = STEPS.get(name)
+    if step is None:
+        raise LocalProtocolError(f"no primitive step {name!r}")
+    if len(operands) != step.arity:
+        raise LocalProtocolError(f"{name} takes {step.arity} operands, got {len(operands)}")
+    width = 32 if name in FLOAT32_OPERANDS else 64
+    for x in operands:
+        if type(x) is not int or not 0 <= x < (1 << width):
+            raise LocalProtocolError(f"{name}: operand {x!r} is not a {width}-bit pattern")
+    return step.fn(*operands)

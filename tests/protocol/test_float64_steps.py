@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from protocol import float64_steps as F
+from protocol.errors import LocalProtocolError
 
 U64 = np.uint64
 SIGN = 1 << 63
@@ -279,6 +280,16 @@ def test_step_table_codes_are_distinct_and_arities_match():
     assert sorted(codes) == list(range(len(codes)))
     for name, step in F.STEPS.items():
         assert step.fn(*([0x3FF0000000000000] * step.arity)) >= 0, name
+
+
+def test_run_step_checks_its_operands():
+    assert F.run_step("f64_add", 0x3FF0000000000000, 0x3FF0000000000000) == 0x4000000000000000
+    assert F.run_step("f32_add", 0x3F800000, 0x3F800000) == 0x40000000
+    for name, operands, says in (("f64_pow", (1, 2), "no primitive step"), ("f64_add", (1,), "takes 2 operands"),
+                                 ("f64_add", (-1, 0), "64-bit pattern"), ("f64_sqrt", (1 << 64,), "64-bit pattern"),
+                                 ("f32_add", (1 << 32, 0), "32-bit pattern"), ("f64_neg", (1.0,), "64-bit pattern")):
+        with pytest.raises(LocalProtocolError, match=says):
+            F.run_step(name, *operands)
 
 
 @pytest.mark.slow
