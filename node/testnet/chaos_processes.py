@@ -40,6 +40,7 @@ class ProcessChaos:
         self.taken_over: set[int] = set()     # job indexes whose client was killed: a client node carries the job on
         self.lost: set[int] = set()           # job indexes lost with a chain restart
         self.schedule_done = False            # every planned fault fired and every victim is back
+        self.nursery: Any = None              # the network's, where a client's job is submitted again
 
     # -- who is up ------------------------------------------------------------------------
 
@@ -101,10 +102,28 @@ class ProcessChaos:
     async def _restart_later(self, fault: Fault) -> None:
         await trio.sleep(fault.down_for)
         net = self.net
+        if fault.kind == CLIENT and not await trio.to_thread.run_sync(net.client_has_job, fault.target):
+            await self._submit_again(fault)
+            return
         process = net.start_node_process(fault.target)
         fault.restarted_at, fault.new_pid = net.now(), process.pid
         self.down.discard(fault.target)
         log.info("chaos: restarted %s (pid %d) at %.1f s", fault.target, process.pid, fault.restarted_at)
+
+    async def _submit_again(self, fault: Fault) -> None:
+        """A client killed before it stored its job has nothing to resume: its `gavel submit` runs again."""
+        net = self.net
+        index = next(i for i, n in net.client_dirs.items() if n == fault.target)
+        sub = next(s for s in net.submissions if s.index == index)
+        killed = net.processes[fault.target]
+        self.taken_over.discard(index)  # the new submit's end is the job's end again
+        self.nursery.start_soon(net.resubmit, sub)
+        while net.processes[fault.target] is killed:
+            await trio.sleep(0.1)
+        fault.restarted_at, fault.new_pid = net.now(), net.processes[fault.target].pid
+        fault.detail = f"its job {index} was not opened yet: gavel submit run again"
+        self.down.discard(fault.target)
+        log.info("chaos: submitted job %d again (pid %d) at %.1f s", index, fault.new_pid, fault.restarted_at)
 
     async def _chain_fault(self, planned: PlannedFault) -> None:
         from contracts import AnvilProcess
@@ -128,6 +147,10 @@ class ProcessChaos:
             net.anvil = fresh
             fault.restarted_at, fault.new_pid = net.now(), fresh.pid
             await trio.to_thread.run_sync(net.rebind_observer, fresh.url)
+            # Every account funded on the new chain at once, from the dev accounts in turn: the nodes'
+            # own top-ups all draw on the first, which ran dry with a dozen accounts and left clients
+            # unable to pay for gas (a run with 6 jobs: "Insufficient funds" settling and submitting).
+            await trio.to_thread.run_sync(net.fund_accounts)
         fault.detail = f"{len(self.lost)} job(s) under way on it"
         await net.read_balances("the new chain, once the observer joined it")
 

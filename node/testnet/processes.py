@@ -70,6 +70,7 @@ class ProcessNetwork(Network):
         self.client_dirs: dict[int, str] = {}  # job index -> its client's node name
         self.commands: dict[str, list[str]] = {}  # node name -> the command that (re)starts it as a node
         self.env: dict[str, str] = {}
+        self.addresses: dict[str, str] = {}  # staked node name -> its multiaddr
         self.anvil: Any = None
         self.chaos: Any = None  # a chaos_processes.ProcessChaos when the run injects faults
         if self.options.chaos:
@@ -146,7 +147,7 @@ class ProcessNetwork(Network):
         addresses = {n.name: self._address(n, p) for n, p in zip(staked, ports)}
         links = bootstrap_links(len(staked), self.options.seed)
         env = child_env()
-        await trio.to_thread.run_sync(self._fund_accounts)
+        await trio.to_thread.run_sync(self.fund_accounts)
         for i, (node, port) in enumerate(zip(staked, ports)):
             values = node_settings(node, self.options, chain=url, listen=f"/ip4/127.0.0.1/tcp/{port}",
                                    bootstrap=[addresses[staked[j].name] for j in links[i]], log_file="node.log")
@@ -173,12 +174,14 @@ class ProcessNetwork(Network):
             await self.wait_registered(timeout=START_TIMEOUT)
             self.timings["network_ready_at"] = self.now()
 
+            self.addresses = addresses
+
             async def submit(sub: Submission) -> None:
-                job = self.plan.jobs[sub.index]
-                await self._submit(sub, job, addresses, env)
+                await self.resubmit(sub)
 
             await self.read_balances("network ready")
             if self.chaos is not None:
+                self.chaos.nursery = nursery  # a client killed before it opened its job submits it again here
                 nursery.start_soon(self.chaos.run, self.chaos_schedule(), self.now())
                 nursery.start_soon(self.chaos.watch_jobs)
             await self._run_jobs(submit, self.job_lifetime)
@@ -204,6 +207,20 @@ class ProcessNetwork(Network):
         records.mismatches = mismatches
         return records
 
+    async def resubmit(self, sub: Submission) -> None:
+        """Run job ``sub``'s `gavel submit` (again, after a chaos kill before the job was opened)."""
+        await self._submit(sub, self.plan.jobs[sub.index], self.addresses, self.env)
+
+    def client_has_job(self, name: str) -> bool:
+        """Whether the (stopped) client ``name`` holds a job row: a job it opened, or began to open."""
+        from ..storage import Storage
+
+        path = self.node_dir(name) / "gavel.db"
+        if not path.exists():
+            return False
+        with Storage(path) as storage:
+            return bool(storage.jobs(role=CLIENT))
+
     def start_node_process(self, name: str) -> subprocess.Popen:
         """Start (or start again, from its data directory) ``gavel node start`` for node ``name``."""
         with open(self.node_dir(name) / "process.log", "ab") as out:
@@ -213,7 +230,7 @@ class ProcessNetwork(Network):
         self.infos[name].pid = process.pid
         return process
 
-    def _fund_accounts(self) -> None:
+    def fund_accounts(self) -> None:
         """Give every node's account ether for its stake, jobs and gas (blocking)."""
         from ..roles.chain import ETHER
 
