@@ -259,16 +259,15 @@ class ClientRole:
         chain = self.ctx.chain
         try:
             info = await chain.run(chain.settlement.job, cj.job_id)
+            if info.status == JobStatus.NONE and cj.state != SUBMITTED:
+                log.warning("job %s: the chain does not know the job (%s here): lost", cj.job_id.hex()[:12], cj.state)
+                await self._advance(cj, JOB_MISSING)
+            elif info.status == JobStatus.REFUNDED or info.status == JobStatus.FINALIZED and cj.state in (VERIFIED, UNFILLED):
+                log.info("job %s: %s on chain while this client was away", cj.job_id.hex()[:12], info.status.name)
+                await self._training(cj)
+                await self._advance(cj, await self._close(cj, info))
         except chain_failures() as error:
             log.info("job %s: reconciling with the chain: %s", cj.job_id.hex()[:12], _chain_error(error))
-            return
-        if info.status == JobStatus.NONE and cj.state != SUBMITTED:
-            log.warning("job %s: the chain does not know the job (%s here): lost", cj.job_id.hex()[:12], cj.state)
-            await self._advance(cj, JOB_MISSING)
-        elif info.status == JobStatus.REFUNDED or info.status == JobStatus.FINALIZED and cj.state in (VERIFIED, UNFILLED):
-            log.info("job %s: %s on chain while this client was away", cj.job_id.hex()[:12], info.status.name)
-            await self._training(cj)
-            await self._advance(cj, await self._close(cj, info))
 
     async def _find_on_chain(self, cj: ClientJob) -> str:
         """A job stopped before or while it was opened on chain: did the chain get it?"""
