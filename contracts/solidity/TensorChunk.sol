@@ -20,7 +20,6 @@ library TensorChunk {
     uint256 private constant CHUNK_END = 2;
     uint256 private constant PARENT = 4;
     uint256 private constant ROOT = 8;
-    uint256 private constant M32 = 0xFFFFFFFF;
 
     // --- the inclusion walk shared by both trees ------------------------------------------
 
@@ -125,8 +124,10 @@ library TensorChunk {
             0x5BE0CD19];
     }
 
-    function _swap32(uint256 x) private pure returns (uint256) {
-        return ((x & 0xFF) << 24) | ((x & 0xFF00) << 8) | ((x >> 8) & 0xFF00) | (x >> 24);
+    /// @dev The bytes of each 32-bit lane of `w` reversed: big-endian loads to BLAKE3's little-endian words.
+    function _swapLanes(uint256 w) private pure returns (uint256) {
+        w = ((w >> 8) & 0x00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF) | ((w & 0x00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF00FF) << 8);
+        return ((w >> 16) & 0x0000FFFF0000FFFF0000FFFF0000FFFF0000FFFF0000FFFF0000FFFF0000FFFF) | ((w & 0x0000FFFF0000FFFF0000FFFF0000FFFF0000FFFF0000FFFF0000FFFF0000FFFF) << 16);
     }
 
     /// @dev Little-endian words of `length` bytes at `offset`, zero-padded to 64 bytes.
@@ -144,24 +145,34 @@ library TensorChunk {
         } else if (length < 64) {
             lo = length == 32 ? 0 : lo & ~((uint256(1) << (512 - 8 * length)) - 1);
         }
-        for (uint256 j; j < 8; ++j) {
-            m[j] = _swap32((hi >> (224 - 32 * j)) & M32);
-            m[j + 8] = _swap32((lo >> (224 - 32 * j)) & M32);
+        hi = _swapLanes(hi);
+        lo = _swapLanes(lo);
+        assembly ("memory-safe") {
+            for { let j := 0 } lt(j, 8) { j := add(j, 1) } {
+                let shift := sub(224, shl(5, j))
+                mstore(add(m, shl(5, j)), and(shr(shift, hi), 0xFFFFFFFF))
+                mstore(add(m, add(0x100, shl(5, j))), and(shr(shift, lo), 0xFFFFFFFF))
+            }
         }
     }
 
     function _cvWords(bytes32 cv) private pure returns (uint256[8] memory w) {
-        for (uint256 j; j < 8; ++j) {
-            w[j] = _swap32((uint256(cv) >> (224 - 32 * j)) & M32);
+        uint256 swapped = _swapLanes(uint256(cv));
+        assembly ("memory-safe") {
+            for { let j := 0 } lt(j, 8) { j := add(j, 1) } {
+                mstore(add(w, shl(5, j)), and(shr(sub(224, shl(5, j)), swapped), 0xFFFFFFFF))
+            }
         }
     }
 
     function _cvBytes(uint256[8] memory w) private pure returns (bytes32) {
         uint256 out;
-        for (uint256 j; j < 8; ++j) {
-            out |= _swap32(w[j]) << (224 - 32 * j);
+        assembly ("memory-safe") {
+            for { let j := 0 } lt(j, 8) { j := add(j, 1) } {
+                out := or(out, shl(sub(224, shl(5, j)), mload(add(w, shl(5, j)))))
+            }
         }
-        return bytes32(out);
+        return bytes32(_swapLanes(out));
     }
 
     /// @dev BLAKE3's compression with the 4x4 state as four rows, each row's four words in the

@@ -65,7 +65,7 @@ def test_altered_proofs_are_refused_on_chain_as_in_python(harness, size):
 
 
 def test_one_chunk_of_a_4_mib_tensor_costs_what_the_docs_say(harness):
-    """docs/onchain-step.md: keccak about 7k gas, BLAKE3 (28 compressions) about 0.9M: both under 5M."""
+    """docs/onchain-step.md: keccak about 7k gas, BLAKE3 (28 compressions) about 0.74M: both under 5M."""
     data = _bytes(4 << 20, seed=3)
     count = T.chunk_count(len(data))
     index = count - 1
@@ -74,4 +74,4 @@ def test_one_chunk_of_a_4_mib_tensor_costs_what_the_docs_say(harness):
     keccak_gas, blake3_gas = harness.call("gasOf", T.keccak_chunk_root(data), T.blake3_chunk_root(data), chunk, index,
                                           count, keccak_siblings, blake3_siblings)
     assert keccak_gas < 10_000
-    assert blake3_gas < 1_000_000
+    assert blake3_gas < 800_000
