@@ -260,7 +260,12 @@ def run_split_node(op_forward: Callable[..., Any], op: str, attrs: Mapping[str, 
     how = out_split.how
 
     def whole_inputs() -> list[Any]:
-        return [x if s.axis is None else comm.gather(x, s.axis, _lengths(s, share)) for x, s in zip(inputs, in_splits)]
+        cut = [i for i, s in enumerate(in_splits) if s.axis is not None]
+        gathered = comm.gather_many([(inputs[i], in_splits[i].axis, _lengths(in_splits[i], share)) for i in cut])
+        whole_values = list(inputs)
+        for i, value in zip(cut, gathered):
+            whole_values[i] = value
+        return whole_values
 
     def whole() -> Any:
         out = op_forward(*whole_inputs(), **attrs)

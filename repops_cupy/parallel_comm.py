@@ -76,34 +76,48 @@ class Communicator:
 
     def gather(self, x: np.ndarray, axis: int, lengths: tuple[int, ...]) -> np.ndarray:
         """The workers' arrays joined along `axis` in rank order; worker r's has lengths[r] there."""
+        return self.gather_many([(x, axis, lengths)])[0]
+
+    def gather_many(self, items: list[tuple[np.ndarray, int, tuple[int, ...]]]) -> list[np.ndarray]:
+        """`gather` of several arrays in one collective (their bytes sent as one buffer)."""
+        if not items:
+            return []
         torch, _ = _torch()
-        x = np.moveaxis(np.asarray(x), axis, 0)
-        longest = max(lengths)
-        pad = np.zeros((longest,) + x.shape[1:], x.dtype)
-        pad[: x.shape[0]] = x
-        mine = self._tensor(pad)
+        moved = [np.ascontiguousarray(np.moveaxis(np.asarray(x), axis, 0)) for x, axis, _ in items]
+        row_bytes = [m[0:1].nbytes if m.shape[0] else m.dtype.itemsize * int(np.prod(m.shape[1:])) for m in moved]
+        sizes = [[n * rb for n in lengths] for (_, _, lengths), rb in zip(items, row_bytes)]
+        totals = [sum(col) for col in zip(*sizes)]  # bytes each rank sends
+        buf = np.zeros(max(totals), np.uint8)
+        flat = np.concatenate([m.reshape(-1).view(np.uint8) for m in moved]) if moved else buf[:0]
+        buf[: flat.size] = flat
+        mine = torch.from_numpy(buf)
         parts = [torch.empty_like(mine) for _ in range(self.size)]
         self.group.allgather([parts], [mine]).wait()
-        joined = np.concatenate([p.numpy()[:n] for p, n in zip(parts, lengths)])
-        if x.dtype == np.bool_:
-            joined = joined.view(np.bool_)
-        return np.moveaxis(joined, 0, axis)
+        got = [p.numpy() for p in parts]
+        out = []
+        offsets = [0] * self.size
+        for (x, axis, lengths), m, sz in zip(items, moved, sizes):
+            pieces = []
+            for r in range(self.size):
+                raw = got[r][offsets[r]: offsets[r] + sz[r]]
+                offsets[r] += sz[r]
+                pieces.append(raw.view(m.dtype).reshape((lengths[r],) + m.shape[1:]))
+            out.append(np.moveaxis(np.concatenate(pieces), 0, axis))
+        return out
 
-    def broadcast_object(self, obj: Any) -> Any:
-        """Rank 0's `obj` on every worker (pickled; for the start state, not per step)."""
-        import pickle  # noqa: PLC0415
-
-        data = np.frombuffer(pickle.dumps(obj), np.uint8) if self.rank == 0 else np.zeros(0, np.uint8)
-        length = int(self.max(np.array([data.size], np.int64))[0])
-        buf = np.zeros(length, np.uint8)
-        buf[: data.size] = data
+    def broadcast_message(self, kind: int, payload: bytes = b"") -> tuple[int, bytes]:
+        """Rank 0's (kind, payload) on every worker: one collective when the payload is empty
+        (a per-step command), two when it carries bytes (a state, once)."""
         torch, _ = _torch()
-        t = torch.from_numpy(buf)
-        self.group.broadcast([t]).wait()
-        return pickle.loads(t.numpy().tobytes())
-
-    def barrier(self) -> None:
-        self.max(np.zeros(1, np.int64))
+        header = torch.tensor([kind, len(payload)] if self.rank == 0 else [0, 0], dtype=torch.int64)
+        self.group.broadcast([header]).wait()
+        kind, length = (int(v) for v in header.tolist())
+        if not length:
+            return kind, b""
+        buf = np.frombuffer(payload, np.uint8).copy() if self.rank == 0 else np.zeros(length, np.uint8)
+        data = torch.from_numpy(buf)
+        self.group.broadcast([data]).wait()
+        return kind, data.numpy().tobytes()
 
 
 def connect(rank: int, size: int, *, host: str = "127.0.0.1", port: int = 0, store: Any = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import sys
 import threading
 import traceback
@@ -21,7 +22,7 @@ from ._backend import to_numpy
 from .parallel import SplitError, Share, counts_by_how, execute_share, shares, split_plan
 from .parallel_comm import Communicator, WorkerError, connect, connect_from_env
 
-_STEP, _STATE, _STOP = "step", "state", "stop"
+_STEP, _STATE, _STOP = 1, 2, 3  # rank 0's commands
 JOIN_SECONDS = 60.0
 WATCH_SECONDS = 0.2  # how often rank 0 looks at its workers while they join
 
@@ -63,11 +64,11 @@ def serve(split: SplitProgram) -> None:
     """Follow rank 0: steps from the state it last sent, until it says stop."""
     state: dict[str, Any] | None = None
     while True:
-        kind, payload = split.comm.broadcast_object(None)
+        kind, payload = split.comm.broadcast_message(0)
         if kind == _STOP:
             return
         if kind == _STATE:
-            state = payload
+            state = pickle.loads(payload)
         if state is None:
             raise WorkerError("rank 0 asked for a step before sending a state")
         state, _ = split.step(state)
@@ -129,9 +130,10 @@ class WorkerPool:
     def run_step(self, state: dict[str, Any]) -> tuple[dict[str, Any], float]:
         try:
             if state is self._last:
-                self.split.comm.broadcast_object((_STEP, None))
+                self.split.comm.broadcast_message(_STEP)
             else:
-                self.split.comm.broadcast_object((_STATE, {k: to_numpy(v) for k, v in state.items()}))
+                host = {k: to_numpy(v) for k, v in state.items()}
+                self.split.comm.broadcast_message(_STATE, pickle.dumps(host))
             new_state, loss = self.split.step(state)
         except RuntimeError as exc:  # gloo: a peer closed its connection or timed out
             raise WorkerError(f"a worker stopped: {exc}") from None
@@ -140,7 +142,7 @@ class WorkerPool:
 
     def stop(self) -> None:
         try:
-            self.split.comm.broadcast_object((_STOP, None))
+            self.split.comm.broadcast_message(_STOP)
         except RuntimeError:  # the others are gone already
             pass
 

@@ -246,3 +246,30 @@ def test_a_worker_that_dies_before_joining_ends_the_run_with_a_clear_error():
     with pytest.raises(WorkerError, match=r"a worker process stopped before joining \(exit status \[1\]\)"):
         with worker_pool(program, 2, threads=1):
             pass
+
+
+def test_gather_many_joins_arrays_of_several_dtypes_and_axes_in_one_collective():
+    counts = UNEVEN
+    floats, ints, flags = _normal(3, 7 * 2), rng.integers(-9, 9, (7, 2)), rng.random((7,)) < 0.5
+
+    def work(comm):
+        share = Share(comm.rank, counts)
+        mine = [_rows(floats, NodeSplit(1, 2, "local"), share), _rows(ints, ROWS, share), _rows(flags, ROWS, share)]
+        lengths = [tuple(2 * c for c in counts), counts, counts]
+        return comm.gather_many([(x, axis, n) for x, axis, n in zip(mine, (1, 0, 0), lengths)])
+
+    for got in on_workers(3, work):
+        for value, want in zip(got, (floats, ints, flags)):
+            assert_same_bits(value, want)
+
+
+@pytest.mark.slow
+def test_a_run_resumed_on_another_worker_count_passes_through_the_same_bits(tmp_path):
+    out = tmp_path / "resumed"
+    base = [sys.executable, "-m", "node", "train", str(JOBS / "mlp.toml"), "--out", str(out), "--threads", "1"]
+    first = subprocess.run(base + ["--steps", "10", "--workers", "2"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    second = subprocess.run(base + ["--steps", "20", "--workers", "3", "--resume"], capture_output=True, text=True,
+                            timeout=600, cwd=ROOT)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip().splitlines()[-1].startswith(MLP_ROOT_20)
