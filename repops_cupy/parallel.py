@@ -56,6 +56,7 @@ ROWWISE_OPS = frozenset({
 })
 # rows independent, but the op reads the whole extent or a row's position
 EMBED_OPS = frozenset({"cross_entropy_grad", "dropout", "dropout_at_step"})
+UNIFORM_OPS = frozenset({"full", "broadcast_to"})  # every row of the output alike: any cut is right
 LAST_AXES = {"layer_norm": 1, "layer_norm_grad_x": 1, "causal_mask": 2}  # trailing axes each op mixes
 HOWS = ("replicated", "local", "embed", "matmul_k", "gather")
 
@@ -137,6 +138,9 @@ def split_plan(graph: StepGraph, batch: int, other: StepGraph, other_batch: int)
             continue
         ins = [plan[j] for j in node.inputs]
         if all(s.axis is None for s in ins):
+            if axis is not None and node.op not in UNIFORM_OPS:
+                raise SplitError(f"node {node.id} ({node.op}) makes a value that follows the batch from none: "
+                                 "which of its rows belong to which examples is unknown")
             plan.append(NodeSplit(axis, per, "replicated" if axis is None else "gather"))
         elif axis is None:
             how = "matmul_k" if _is_matmul_k(node, graph, ins) else "gather"
@@ -146,6 +150,11 @@ def split_plan(graph: StepGraph, batch: int, other: StepGraph, other_batch: int)
         elif node.op in ROWWISE_OPS and _rowwise(node, graph, ins, axis, per):
             plan.append(NodeSplit(axis, per, "local"))
         else:
+            # computed whole, then cut: its rows are example after example only if the op
+            # keeps the leading axis's blocks, as it does when that axis is the cut one throughout
+            if axis != 0 or any(s.axis not in (None, 0) for s in ins):
+                raise SplitError(f"node {node.id} ({node.op}) moves the batch off the leading axis: "
+                                 "which of its rows belong to which examples is unknown")
             plan.append(NodeSplit(axis, per, "gather"))
     for name, i in graph.outputs.items():
         if plan[i].axis is not None:

@@ -273,3 +273,17 @@ def test_a_run_resumed_on_another_worker_count_passes_through_the_same_bits(tmp_
                             timeout=600, cwd=ROOT)
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip().splitlines()[-1].startswith(MLP_ROOT_20)
+
+
+def _time_major_graph(batch: int):
+    from repops_cupy.graph import GraphBuilder
+
+    b = GraphBuilder()
+    x = b.leaf("batch/x", np.ones((batch, 3), np.float32), "batch")
+    flat = b.op("reshape", b.op("transpose", x, perm=(1, 0)), shape=(-1,))  # time-major rows
+    return b.finish({"loss": b.op("sum", flat)})
+
+
+def test_a_graph_that_moves_the_batch_off_the_leading_axis_is_refused_by_name():
+    with pytest.raises(SplitError, match=r"\(reshape\) moves the batch off the leading axis"):
+        split_plan(_time_major_graph(4), 4, _time_major_graph(5), 5)
