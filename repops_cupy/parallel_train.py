@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import signal
 import sys
 import threading
 import traceback
@@ -75,6 +76,8 @@ def serve(split: SplitProgram) -> None:
 
 
 def _worker_main(rank: int, size: int, port: int, program: Any, threads: int | None) -> None:
+    # Ctrl-C reaches the whole process group: rank 0 alone handles it and stops the workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     limit_threads(threads)
     try:
         comm = connect(rank, size, port=port)
@@ -187,15 +190,18 @@ def worker_pool(program: Any, workers: int, *, threads: int | None = None) -> It
              for r in range(1, workers)]
     for p in procs:
         p.start()
-    pool = None
+    finished = False
     try:
         pool = WorkerPool(SplitProgram(program, _join_watching(procs, workers, store)))
         yield pool
+        pool.stop()  # between steps: the workers wait for rank 0's next command
+        finished = True
     finally:
-        if pool is not None:
-            pool.stop()
         for p in procs:
-            p.join(JOIN_SECONDS)
+            # after an error or Ctrl-C rank 0 may have left a step half done, the workers
+            # waiting inside it for a collective that will not come: they are ended
+            if finished:
+                p.join(JOIN_SECONDS)
             if p.is_alive():
                 p.terminate()
                 p.join()

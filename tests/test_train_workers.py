@@ -287,3 +287,21 @@ def _time_major_graph(batch: int):
 def test_a_graph_that_moves_the_batch_off_the_leading_axis_is_refused_by_name():
     with pytest.raises(SplitError, match=r"\(reshape\) moves the batch off the leading axis"):
         split_plan(_time_major_graph(4), 4, _time_major_graph(5), 5)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_worker_and_says_how_to_resume(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen([sys.executable, "-m", "node", "train", str(JOBS / "tiny-gpt.toml"), "--out", str(out),
+                             "--steps", "300", "--workers", "2", "--threads", "1"], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    while not (out / "trace.json").exists() and proc.poll() is None:  # the workers have joined
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert "--workers 2 --resume" in err.strip().splitlines()[-1]
