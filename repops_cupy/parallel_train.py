@@ -110,10 +110,9 @@ def env_pool(program: Any, *, threads: int | None = None) -> Iterator[WorkerPool
         raise WorkerError(f"rank {comm.rank} follows rank 0: it serves steps, it does not drive a run")
     shares(program.spec.batch_size, comm.size)
     pool = WorkerPool(SplitProgram(program, comm))
-    try:
-        yield pool
-    finally:
-        pool.stop()
+    yield pool
+    # only between steps; after an error rank 0's exit closes its connections, which ends the others
+    pool.stop()
 
 
 class WorkerPool:
