@@ -262,7 +262,7 @@ def matmul_split_k(a: Any, b: Any, transpose_a: bool, transpose_b: bool, comm: C
     return round_sums(both[0], both[1], row_shift, col_shift)
 
 
-def run_split_node(op_forward: Callable[..., Any], op: str, attrs: Mapping[str, Any], inputs: list[Any],
+def run_split_node(op_forward: Callable[..., Any], attrs: Mapping[str, Any], inputs: list[Any],
                    in_splits: list[NodeSplit], in_shapes: list[tuple[int, ...]], out_split: NodeSplit,
                    out_shape: tuple[int, ...], share: Share, comm: Communicator) -> Any:
     """One node on one worker: `inputs` are this worker's values (rows where they follow the batch)."""
@@ -310,7 +310,7 @@ def execute_share(graph: StepGraph, plan: tuple[NodeSplit, ...], leaf_values: Ma
             out = value if split.axis is None else _take(value, split, share)
         else:
             ins = [graph.nodes[j] for j in node.inputs]
-            out = run_split_node(graph._forwards[node.id], node.op, node.attrs, [values[j] for j in node.inputs],
+            out = run_split_node(graph._forwards[node.id], node.attrs, [values[j] for j in node.inputs],
                                  [plan[j] for j in node.inputs], [n.shape for n in ins], split, node.shape,
                                  share, comm)
             expected = _local_shape(node.shape, split, share)

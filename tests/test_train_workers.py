@@ -70,7 +70,7 @@ def split_run(op: str, attrs: dict, inputs: list, in_splits: list[NodeSplit], ou
     def work(comm):
         share = Share(comm.rank, counts)
         mine = [x if s.axis is None else _rows(x, s, share) for x, s in zip(inputs, in_splits)]
-        return run_split_node(opdef.forward, op, attrs, mine, in_splits, [x.shape for x in inputs], out_split,
+        return run_split_node(opdef.forward, attrs, mine, in_splits, [x.shape for x in inputs], out_split,
                               whole.shape, share, comm)
 
     outs = on_workers(len(counts), work)
