@@ -12,6 +12,7 @@ torchrun, the standard variables MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +85,7 @@ class Communicator:
             return []
         torch, _ = _torch()
         moved = [np.ascontiguousarray(np.moveaxis(np.asarray(x), axis, 0)) for x, axis, _ in items]
-        row_bytes = [m[0:1].nbytes if m.shape[0] else m.dtype.itemsize * int(np.prod(m.shape[1:])) for m in moved]
+        row_bytes = [m[0:1].nbytes if m.shape[0] else m.dtype.itemsize * math.prod(m.shape[1:]) for m in moved]
         sizes = [[n * rb for n in lengths] for (_, _, lengths), rb in zip(items, row_bytes)]
         totals = [sum(col) for col in zip(*sizes)]  # bytes each rank sends
         buf = np.zeros(max(totals), np.uint8)

@@ -276,7 +276,7 @@ CHEAT_IMPORTERS = {
     "node.cli.dispute_sim": "the dispute simulator's cheating party",
     "node.cli.node": "gavel node start --cheat STRATEGY (a testnet's provider processes)",
     "node.testnet.plan": "which strategies a testnet's cheaters use",
-    "node.testnet.launcher": "an in-process testnet's cheating providers",
+    "node.testnet.inprocess": "an in-process testnet's cheating providers",
 }
 
 
