@@ -48,6 +48,7 @@ from .records import (
     _FromAbi,
 )
 from .settlement import Settlement, TxResult, _bytes32
+from .settlement_v2_games import GAME_EVENT_TYPES, GAMES_CONTRACT_NAME, GAS_LIMITS_GAMES, GameMovesV2
 
 CONTRACT_NAME = "GavelSettlementV2"
 
@@ -56,7 +57,7 @@ CONTRACT_NAME = "GavelSettlementV2"
 # 1.33M at MAX_LIST, closeSeat 92k, settle 127k for two seats and 655k for MAX_PROVIDERS,
 # withdraw 31k). A limit costs nothing unless used; one too tight fails a move.
 GAS_LIMITS_V2: dict[str, int] = {
-    "deploy": 5_000_000,
+    "deploy": 12_000_000,  # the contract and its game module (GavelGamesV2), created by its constructor
     "register": 180_000,
     "addStake": 70_000,
     "beginUnbonding": 70_000,
@@ -69,6 +70,7 @@ GAS_LIMITS_V2: dict[str, int] = {
     "closeSeat": 200_000,
     "settle": 1_500_000,
     "withdraw": 100_000,
+    **GAS_LIMITS_GAMES,
 }
 
 
@@ -300,7 +302,7 @@ EVENT_TYPES_V2: dict[str, type[SettlementEvent]] = {
     for cls in (
         NodeRegistered, StakeAdded, UnbondingBegun, UnbondingCancelled, NodeExited, StakeSlashed, StakeUnlocked,
         Withdrawn, JobOpened, SeatTaken, JobFilled, TraceCommitted, RevealOpened, TraceRevealed, SeatForfeited,
-        ProviderPaid, ClientRefunded, JobSettled,
+        ProviderPaid, ClientRefunded, JobSettled, *GAME_EVENT_TYPES,
     )
 }
 
@@ -322,8 +324,8 @@ def commitment_of(job_id: bytes, seat: str, root: bytes, salt: bytes) -> bytes:
 # ---------------------------------------------------------------- the client
 
 
-class SettlementV2(Settlement):
-    """GavelSettlementV2 at `address` on `chain`, sending as `account`."""
+class SettlementV2(GameMovesV2, Settlement):
+    """GavelSettlementV2 at `address` on `chain`, sending as `account`; the claim game's moves are `GameMovesV2`'s."""
 
     def __init__(self, chain: Chain, address: str, account: str | None = None):
         super().__init__(chain, address, account)
@@ -443,14 +445,27 @@ for _name in ("open_dispute", "rule", "lapse", "dispute", "dispute_count", "prov
     setattr(SettlementV2, _name, _version_1_only(_name))
 
 
+def abi_entries_v2() -> list[dict]:
+    """GavelSettlementV2's ABI with its game module's (reached through its fallback) appended, each entry once."""
+    own = load_artifact(CONTRACT_NAME).abi
+    seen = {_signature(e) for e in own}
+    module = [e for e in load_artifact(GAMES_CONTRACT_NAME).abi
+              if e["type"] in ("function", "event", "error") and _signature(e) not in seen]
+    return [*own, *module]
+
+
+def _signature(entry: dict) -> tuple:
+    return entry["type"], entry.get("name"), tuple(i["type"] for i in entry.get("inputs", ()))
+
+
 @functools.cache
 def _abi_v2() -> ContractAbi:
-    return ContractAbi(load_artifact(CONTRACT_NAME).abi)
+    return ContractAbi(abi_entries_v2())
 
 
 __all__ = [
     "CONTRACT_NAME", "GAS_LIMITS_V2", "ClientRefunded", "Deadlines", "ForfeitReason", "JobAllowances", "JobFilled",
     "JobInfo", "JobOpened", "JobSettled", "JobStatus", "JobTerms", "ProviderPaid", "RevealOpened", "SeatForfeited",
     "SeatInfo", "SeatStatus", "SeatTaken", "SettlementV2", "TraceCommitted", "TraceRevealed", "commitment_of",
-    "trace_root",
+    "trace_root", "abi_entries_v2",
 ]

@@ -13,8 +13,10 @@ import {
     Seat,
     SeatStatus
 } from "./SettlementTypesV2.sol";
+import {GameParams} from "./GameTypesV2.sol";
+import {GavelGamesV2} from "./GavelGamesV2.sol";
 import {LibList} from "./LibList.sol";
-import {NodeRegistryV2} from "./NodeRegistryV2.sol";
+import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 
 /// @title GavelSettlementV2
 /// @notice A job's life on chain (docs/economics.md, sections 3 to 6 and 11): terms bound to the
@@ -34,9 +36,14 @@ import {NodeRegistryV2} from "./NodeRegistryV2.sol";
 ///    w·S to the client and the rest burned. `settle` (anyone, once no deadline is left and no
 ///    item is open) closes what is left, pays each revealed seat p = ⌊P/n⌋ and its lock, and
 ///    credits the client the rest of the price.
-///  - Sections 7 to 10 (demands, games, referees, equivocation) come in later slices: they
-///    count in `openItems`, may extend a seat's `challengeBy`, and forfeit with their reasons.
-contract GavelSettlementV2 is NodeRegistryV2 {
+///  - The claim game of section 8 lives in `GavelGamesV2`, a module this contract deploys in
+///    its constructor and reaches by delegatecall from `fallback` for every selector it does
+///    not have (EIP-170 caps one contract's code at 24,576 bytes). Both inherit
+///    `SettlementStorageV2`, so the module moves this contract's stakes and nobody else's:
+///    there is one contract holding the money. A game counts in `openItems`.
+///  - A client that referees locks P + w·S·n of its stake at openJob, back at settle.
+///  - Sections 7, 9 and 10 (demands, drawn referees and appeals, equivocation) come in later slices.
+contract GavelSettlementV2 is SettlementStorageV2 {
     // ------------------------------------------------------------------ constants
 
     /// @notice Most seats one job can have (bounds the settlement loop).
@@ -61,11 +68,8 @@ contract GavelSettlementV2 is NodeRegistryV2 {
     /// @notice Most seconds one interval's recompute s·k·σ may take.
     uint32 public immutable MAX_INTERVAL_SECONDS;
 
-    // ------------------------------------------------------------------ state
-
-    mapping(bytes32 jobId => Job) private _jobs;
-    mapping(bytes32 jobId => address[]) private _seatsOf;
-    mapping(bytes32 jobId => mapping(address account => Seat)) private _seats;
+    /// @notice The claim game module (section 8), run by delegatecall on this contract's storage.
+    address public immutable GAMES;
 
     // ------------------------------------------------------------------ events
 
@@ -162,13 +166,26 @@ contract GavelSettlementV2 is NodeRegistryV2 {
         uint64 bandwidth,
         uint32 blockSeconds,
         uint32 maxIntervalSeconds
-    ) NodeRegistryV2(unbondingDelay, minNodeStake, winnerShareBps) {
+    ) SettlementStorageV2(unbondingDelay, minNodeStake, winnerShareBps) {
         // Every deadline derives from these; a zero would make some allowance zero or divide by it.
         if (margin == 0 || bandwidth == 0 || blockSeconds == 0 || maxIntervalSeconds == 0) revert SettlementZeroSetting();
         MARGIN = margin;
         BANDWIDTH = bandwidth;
         BLOCK_SECONDS = blockSeconds;
         MAX_INTERVAL_SECONDS = maxIntervalSeconds;
+        GAMES = address(new GavelGamesV2(unbondingDelay, minNodeStake, winnerShareBps, margin));
+    }
+
+    /// @notice Runs the game's moves (GavelGamesV2) on this contract's storage and money.
+    fallback() external {
+        address games = GAMES;
+        assembly {
+            calldatacopy(0, 0, calldatasize())
+            let ok := delegatecall(gas(), games, 0, calldatasize(), 0, 0)
+            returndatacopy(0, 0, returndatasize())
+            if iszero(ok) { revert(0, returndatasize()) }
+            return(0, returndatasize())
+        }
     }
 
     // ------------------------------------------------------------------ jobs
@@ -211,6 +228,13 @@ contract GavelSettlementV2 is NodeRegistryV2 {
         job.initialState = terms.initialState;
         job.allowed = JobAllowances(a.train, a.replay, a.interval, a.xferState, a.xferEvidence, a.rule, a.demand, a.game);
         job.finalBy = job.acceptBy + a.train + a.reveal + a.replay + a.demand + a.game;
+        _gameParams[jobId] = GameParams(terms.steps, terms.checkpointEvery, terms.graphNodes, terms.gasPriceCap, terms.refereeFee);
+        if (terms.clientReferees) {
+            // P + w·S·n: more than a client gains from one false ruling against every seat (section 9).
+            uint256 bond = terms.price + (uint256(WINNER_SHARE_BPS) * terms.providerStake * terms.providersWanted + BPS - 1) / BPS;
+            _lock(client, msg.sender, bond);
+            _refereeBond[jobId] = bond;
+        }
         emit JobOpened(jobId, msg.sender, job.termsHash, terms, spec);
     }
 
@@ -355,6 +379,11 @@ contract GavelSettlementV2 is NodeRegistryV2 {
                 _credits[account] += pay;
                 emit ProviderPaid(jobId, account, pay);
             }
+        }
+        uint256 refereeBond = _refereeBond[jobId];
+        if (refereeBond != 0) {
+            _refereeBond[jobId] = 0;
+            _unlock(jobId, job.client, refereeBond);
         }
         uint256 refund = job.price - pay * paid;
         job.status = paid == 0 ? JobStatus.Refunded : JobStatus.Finalized;

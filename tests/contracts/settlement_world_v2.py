@@ -21,6 +21,7 @@ from .settlement_world import MIN_STAKE, NODE_STAKE, UNBONDING_DELAY, WINNER_SHA
 MARGIN, BANDWIDTH, BLOCK_SECONDS, MAX_INTERVAL_SECONDS = 30, 10**6, 12, 3_600
 PRICE = 3 * ETHER + 1  # not divisible by 2: the remainder goes back to the client
 PROVIDER_STAKE = ETHER
+CLIENT_STAKE = 10 * ETHER  # covers the referee bond P + w·S·n the client locks at openJob when it referees
 STEPS = 10
 BURN = "0x000000000000000000000000000000000000dEaD"
 SPEC = b"protocol JobTerms: program, data and config roots " * 8
@@ -139,7 +140,7 @@ def _stage_v2() -> _StageV2:
         max_interval_seconds=MAX_INTERVAL_SECONDS)
     world = WorldV2(chain, settlement, deployer, client, [p1, p2, p3], keeper, outsider)
     deployed = chain.snapshot()
-    world.as_(client).register(world.client_key, Role.CLIENT, stake=0)
+    world.as_(client).register(world.client_key, Role.CLIENT, stake=CLIENT_STAKE)
     for i, provider in enumerate(world.providers):
         world.as_(provider).register(ed25519_key(f"provider {i}"), Role.PROVIDER, stake=NODE_STAKE)
     return _StageV2(world, deployed, chain.snapshot())

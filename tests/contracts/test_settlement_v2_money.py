@@ -65,7 +65,7 @@ def test_happy_path_with_two_seats(cast_v2):
     assert result.events == (
         StakeUnlocked(jid, p1, S), ProviderPaid(jid, p1, pay),
         StakeUnlocked(jid, p2, S), ProviderPaid(jid, p2, pay),
-        ClientRefunded(jid, w.client, PRICE - 2 * pay), JobSettled(jid, JobStatus.FINALIZED, 2),
+        StakeUnlocked(jid, w.client, w.settlement.bonds_of(jid).referee), ClientRefunded(jid, w.client, PRICE - 2 * pay), JobSettled(jid, JobStatus.FINALIZED, 2),
     )
     assert w.settlement.seat(jid, p1).status == SeatStatus.PAID
     after = w.assert_every_coin_accounted()
@@ -101,7 +101,7 @@ def test_copy_the_root_loses_the_copier_its_stake_and_pays_the_honest_seat(cast_
         StakeUnlocked(jid, honest, S), ProviderPaid(jid, honest, pay),
         SeatForfeited(jid, copier, ForfeitReason.NO_REVEAL),
         StakeSlashed(jid, copier, S, w.client, TO_CLIENT, BURNED),
-        ClientRefunded(jid, w.client, PRICE - pay), JobSettled(jid, JobStatus.FINALIZED, 1),
+        StakeUnlocked(jid, w.client, w.settlement.bonds_of(jid).referee), ClientRefunded(jid, w.client, PRICE - pay), JobSettled(jid, JobStatus.FINALIZED, 1),
     )
     assert w.ledger()["burned"] == books["burned"] + BURNED
     w.assert_every_coin_accounted()
@@ -126,7 +126,7 @@ def test_commit_and_fall_silent_forfeits_and_refunds_the_client(cast_v2):
                              StakeSlashed(jid, silent, S, w.client, TO_CLIENT, BURNED))
     w.assert_every_coin_accounted()
     result = w.as_(w.keeper).settle(jid)
-    assert result.events == (ClientRefunded(jid, w.client, PRICE), JobSettled(jid, JobStatus.REFUNDED, 0))
+    assert result.events == (StakeUnlocked(jid, w.client, w.settlement.bonds_of(jid).referee), ClientRefunded(jid, w.client, PRICE), JobSettled(jid, JobStatus.REFUNDED, 0))
     assert w.settlement.credit_of(w.client) == PRICE + TO_CLIENT
     assert w.settlement.credit_of(silent) == 0 and w.settlement.node(silent).stake == NODE_STAKE - S
     w.assert_every_coin_accounted()
@@ -179,7 +179,7 @@ def test_a_job_that_never_fills_returns_every_lock_and_the_price(cast_v2):
     w.as_(p1).accept(jid)
     w.mine_at(w.settlement.job(jid).accept_by - 1)
     result = w.as_(w.keeper).settle(jid)
-    assert result.events == (StakeUnlocked(jid, p1, S), ClientRefunded(jid, w.client, PRICE),
+    assert result.events == (StakeUnlocked(jid, p1, S), StakeUnlocked(jid, w.client, w.settlement.bonds_of(jid).referee), ClientRefunded(jid, w.client, PRICE),
                              JobSettled(jid, JobStatus.REFUNDED, 0))
     assert w.settlement.node(p1).locked == 0 and w.settlement.node(p1).obligations == 0
     w.assert_every_coin_accounted()

@@ -9,7 +9,7 @@ from contracts.settlement_v2 import JobOpened, JobStatus
 from protocol import economics
 
 from .settlement_world import ed25519_key, reverts
-from .settlement_world_v2 import PRICE, SPEC
+from .settlement_world_v2 import CLIENT_STAKE, PRICE, SPEC
 
 pytestmark = pytest.mark.settlement
 
@@ -46,7 +46,7 @@ def test_front_running_a_nonce_gives_the_attacker_another_id(cast_v2):
     """Section 12, front-running the job id: the attacker's job is its own, the victim's opens."""
     w = cast_v2
     attacker = w.outsider
-    w.as_(attacker).register(ed25519_key("attacker"), Role.CLIENT, stake=0)
+    w.as_(attacker).register(ed25519_key("attacker"), Role.CLIENT, stake=CLIENT_STAKE)  # its referee bond
     victim_terms = w.terms(nonce=42)
     # The attacker copies the victim's terms; its own key is the only one it can open them under.
     with reverts("JobWrongClientKey", clientKey=w.client_key):

@@ -5,15 +5,17 @@ from dataclasses import fields
 
 import pytest
 
-from contracts.artifacts import load_artifact
 from contracts.records import _snake
-from contracts.settlement_v2 import EVENT_TYPES_V2, Deadlines, JobAllowances, JobInfo, JobTerms, SeatInfo
+from contracts.settlement_v2 import (
+    EVENT_TYPES_V2, Deadlines, JobAllowances, JobInfo, JobTerms, SeatInfo, abi_entries_v2)
+from contracts.settlement_v2_games import ClaimInfo
 from protocol.economics import Allowances
 
 pytestmark = pytest.mark.settlement
 
-ABI = load_artifact("GavelSettlementV2").abi
-GETTERS = {"getJob": JobInfo, "getSeat": SeatInfo, "deadlinesOf": Deadlines, "allowancesOf": Allowances}
+ABI = abi_entries_v2()  # the contract's and its game module's
+GETTERS = {"getJob": JobInfo, "getSeat": SeatInfo, "deadlinesOf": Deadlines, "allowancesOf": Allowances,
+           "getClaim": ClaimInfo}
 
 
 def _abi_events() -> dict[str, list[str]]:

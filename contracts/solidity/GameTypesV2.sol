@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity 0.8.28;
+
+// Value types of the claim game (docs/economics.md, section 8).
+//
+//   Claim: None --openGame / pickStep / pickNode--> Open --timeout / resolveGame--> Failed | Void | Upheld
+//
+// Levels: 0 the interval (the game itself, id = gameId), 1 a step of a steps list, 2 a node of a node list.
+
+/// @notice How a claim ended (Open while it has not).
+enum ClaimStatus {
+    None,
+    Open,
+    Failed,
+    Void,
+    Upheld
+}
+
+/// @notice One claim. `answerBy` is stepsBy, nodesBy or evidenceBy by level; `pickUntil` closes
+/// the window for picks under the lists answered to it (levels 0 and 1); `ruleBy` runs from the
+/// first evidence (level 2). `firstNodesBy` (level 0) is the nodesBy of the game's first step pick.
+struct Claim {
+    bytes32 gameId;
+    bytes32 parent;
+    bytes32 listRoot;
+    address author;
+    uint8 level;
+    ClaimStatus status;
+    bool upheldChild;
+    bool voidChild;
+    bool ruled;
+    bool defenderRight;
+    uint32 index;
+    uint32 openChildren;
+    uint64 answerBy;
+    uint64 pickUntil;
+    uint64 ruleBy;
+    uint64 firstNodesBy;
+    uint128 bond;
+}
+
+/// @notice The terms a game reads, fixed at openJob.
+struct GameParams {
+    uint64 steps;
+    uint32 checkpointEvery;
+    uint32 graphNodes;
+    uint64 gasPriceCap;
+    uint128 refereeFee;
+}
+
+/// @notice Wei each move locks (section 8.5): protocol.economics.bonds computes the same.
+struct GameBonds {
+    uint256 openGame;
+    uint256 pickStep;
+    uint256 pickNode;
+    uint256 referee;
+}

@@ -1,0 +1,600 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity 0.8.28;
+
+import {ForfeitReason, Job, JobStatus, Node, Seat, SeatStatus} from "./SettlementTypesV2.sol";
+import {Claim, ClaimStatus, GameBonds, GameParams} from "./GameTypesV2.sol";
+import {LibList} from "./LibList.sol";
+import {SettlementStorageV2} from "./SettlementStorageV2.sol";
+
+/// @title GavelGamesV2
+/// @notice The claim game of docs/economics.md, section 8: GavelSettlementV2 runs this code by
+/// delegatecall on its own storage and balance (EIP-170 leaves no room for it in one contract).
+/// @dev Theory of operation.
+///  - `openGame(jobId, root, c)` opens the interval claim "transition trace[c] -> trace[c+1] of
+///    this root is wrong" (id = gameId) with bond B_open, or joins it. Every seat that revealed
+///    the root owes a steps list by stepsBy = now + 2Δ (`postSteps`, or `endorse` of one posted).
+///  - `pickStep(gameId, list, s)` opens a step claim (bond B_step, or joins it) until E_interval
+///    after stepsBy; its nodesBy comes from the root's recompute queue (`_busyUntil`). The seats
+///    covering the picked list owe the step's node list. `pickNode` (bond B_node) opens a node
+///    claim; the seats covering the picked node list owe evidence by now + E_xfer(Y); the first
+///    evidence starts the referee's E_rule. The referee is the client (it locked P + w·S·n at
+///    openJob) unless it opened, picked or joined anything in this game.
+///  - `timeout(claimId)` / `resolveGame(gameId)` end a claim once its deadlines passed, bottom up:
+///    owing seats that did not answer forfeit `SilentDefender` (w·S to the claim's author, the rest
+///    burned); a claim nobody answered is upheld; a node claim ends as ruled, or void when its
+///    referee stayed silent (the referee bond burned); a step or interval claim ends, once its pick
+///    window closed and its children ended, upheld if a child was, else void if a child was, else failed.
+///  - Money (8.5): failed, the bond goes to the seats covering the picked list (f_R of it to the
+///    referee that ruled); void or upheld, the bond comes back. An upheld node claim forfeits
+///    every seat covering the picked node list (`LostGame`): of each S, w·S is split in three
+///    between the authors of the interval, step and node claims (a share of the ruling referee is
+///    burned instead), the rest burned; the client gets that seat's pay back at settle.
+///  - Bonds are locks of the author's stake, so the contract's balance stays stakes + credits + escrow.
+contract GavelGamesV2 is SettlementStorageV2 {
+    uint8 internal constant INTERVAL = 0;
+    uint8 internal constant STEP = 1;
+    uint8 internal constant NODE = 2;
+
+    /// @notice Gas figures the bonds pre-pay at γ (protocol.economics.ESTIMATED_GAS, section 13).
+    uint256 public constant GAS_LIST_BASE = 77_000;
+    /// @notice Gas of one posted list entry (32 calldata bytes and a keccak leaf).
+    uint256 public constant GAS_LIST_ENTRY = 612;
+    /// @notice Gas of one postEvidence.
+    uint256 public constant GAS_POST_EVIDENCE = 50_000;
+    /// @notice Gas of resolving a game.
+    uint256 public constant GAS_RESOLVE = 120_000;
+
+    /// @notice Δ, as GavelSettlementV2's MARGIN.
+    uint32 public immutable MARGIN;
+    address private immutable SELF;
+
+    /// @notice A game (its interval claim) was opened; the root's seats post steps lists before `stepsBy`.
+    event GameOpened(bytes32 indexed gameId, bytes32 indexed jobId, bytes32 traceRoot, uint32 interval, address opener, uint64 stepsBy);
+    /// @notice A step or node claim was picked; the seats covering `listRoot` answer before `answerBy`.
+    event ClaimPicked(bytes32 indexed claimId, bytes32 indexed parent, address author, uint8 level, bytes32 listRoot, uint32 index, uint64 answerBy);
+    /// @notice An account joined an existing claim (no bond).
+    event ClaimJoined(bytes32 indexed claimId, address indexed account);
+    /// @notice A seat posted a list (steps or nodes) answering a claim; it covers that list.
+    event ListPosted(bytes32 indexed claimId, address indexed seat, bytes32 listRoot);
+    /// @notice A seat covered a list another seat posted.
+    event ListEndorsed(bytes32 indexed claimId, address indexed seat, bytes32 listRoot);
+    /// @notice A seat sent its evidence to the referee (off chain); the referee rules before `ruleBy`.
+    event EvidencePosted(bytes32 indexed claimId, address indexed seat, bytes32 evidenceHash, uint64 ruleBy);
+    /// @notice The referee ruled a node claim.
+    event ClaimRuled(bytes32 indexed claimId, address indexed referee, bool defenderRight, bytes32 transcriptHash);
+    /// @notice A claim ended.
+    event ClaimResolved(bytes32 indexed claimId, ClaimStatus outcome);
+    /// @notice A failed claim's bond was paid out: `toReferee` to the referee, `toEach` to each covering seat.
+    event BondForfeited(bytes32 indexed claimId, address indexed author, uint256 bond, uint256 toReferee, uint256 toEach, uint16 seats, uint256 burned);
+    /// @notice A seat lost its lock (same event as GavelSettlementV2's).
+    event SeatForfeited(bytes32 indexed jobId, address indexed seat, ForfeitReason reason);
+
+    /// @notice The module was called directly: its moves run only on GavelSettlementV2's storage.
+    error GameDirectCall();
+    /// @notice The job is not running.
+    error GameJobNotRunning(bytes32 jobId);
+    /// @notice No revealed seat of the job has this root.
+    error GameUnknownRoot(bytes32 traceRoot);
+    /// @notice The interval index is not below C.
+    error GameInvalidInterval(uint32 interval);
+    /// @notice No claim with this id.
+    error GameClaimNotFound(bytes32 claimId);
+    /// @notice The claim is at another level than the move needs.
+    error GameWrongLevel(bytes32 claimId, uint8 level);
+    /// @notice The claim ended.
+    error GameClaimClosed(bytes32 claimId);
+    /// @notice The deadline of this move has passed.
+    error GameDeadlinePassed(uint64 deadline);
+    /// @notice The move is allowed only from `notBefore` on.
+    error GameTooEarly(uint64 notBefore);
+    /// @notice The account opened, picked or already joined this claim.
+    error GameAlreadyJoined(address account);
+    /// @notice The caller owes no answer to this claim (not a seat of the root, or not covering the picked list).
+    error GameNotADefender(address account);
+    /// @notice The seat already answered this claim.
+    error GameAlreadyAnswered(address seat);
+    /// @notice The list has the wrong number of entries.
+    error GameWrongListLength(uint256 length, uint256 expected);
+    /// @notice A proof of the list's ends does not hold.
+    error GameBadProof();
+    /// @notice The list was not posted under this claim.
+    error GameListNotPosted(bytes32 listRoot);
+    /// @notice The picked index is outside the list's pickable entries.
+    error GameInvalidIndex(uint32 index);
+    /// @notice The evidence hash is zero.
+    error GameZeroEvidence();
+    /// @notice No evidence yet: nothing to rule on.
+    error GameNoEvidence(bytes32 claimId);
+    /// @notice The caller is not this claim's referee.
+    error GameNotReferee(address account);
+    /// @notice The client took part in this game: it may not rule it.
+    error GameRefereeIsParty(address account);
+    /// @notice The claim was ruled already.
+    error GameAlreadyRuled(bytes32 claimId);
+    /// @notice Claims under this one are still open.
+    error GameChildrenOpen(uint32 openChildren);
+
+    constructor(uint64 unbondingDelay, uint256 minNodeStake, uint16 winnerShareBps, uint32 margin)
+        SettlementStorageV2(unbondingDelay, minNodeStake, winnerShareBps)
+    {
+        MARGIN = margin;
+        SELF = address(this);
+    }
+
+    modifier viaSettlement() {
+        // Run on the module's own (empty) storage, a move would mean nothing.
+        if (address(this) == SELF) revert GameDirectCall();
+        _;
+    }
+
+    // ------------------------------------------------------------------ moves
+
+    /// @notice Opens the game on interval `c` of `root` with bond B_open, or joins it.
+    function openGame(bytes32 jobId, bytes32 root, uint32 c) external viaSettlement nonReentrant returns (bytes32 gameId) {
+        Job storage job = _jobs[jobId];
+        // Games are about seats whose pay is not settled.
+        if (job.status != JobStatus.Running) revert GameJobNotRunning(jobId);
+        // Interval c is the transition trace[c] -> trace[c+1].
+        if (uint256(c) + 1 >= job.traceLength) revert GameInvalidInterval(c);
+        uint64 challengeBy = _latestChallengeBy(jobId, root);
+        // Only a revealed root can be wrong...
+        if (challengeBy == 0) revert GameUnknownRoot(root);
+        // ... and only within a whole replay of its reveal.
+        if (block.timestamp >= challengeBy) revert GameDeadlinePassed(challengeBy);
+        gameId = keccak256(abi.encode(jobId, root, uint64(c)));
+        Claim storage game = _claims[gameId];
+        if (game.status != ClaimStatus.None) {
+            _join(gameId, game, gameId);
+            return gameId;
+        }
+        uint256 bond = _bonds(jobId).openGame;
+        _lock(_activeNode(msg.sender), msg.sender, bond);
+        game.gameId = gameId;
+        game.parent = jobId; // the interval claim's parent is its job
+        game.listRoot = root;
+        game.author = msg.sender;
+        game.status = ClaimStatus.Open;
+        game.index = c;
+        game.answerBy = uint64(block.timestamp) + 2 * MARGIN;
+        game.pickUntil = game.answerBy + job.allowed.interval;
+        game.bond = uint128(bond);
+        _party[gameId][msg.sender] = true;
+        job.openItems += 1;
+        emit GameOpened(gameId, jobId, root, c, msg.sender, game.answerBy);
+    }
+
+    /// @notice Posts the interval's per-step state hashes; its ends are proven against the root.
+    function postSteps(bytes32 gameId, bytes32[] calldata steps, bytes32[] calldata proofFrom, bytes32[] calldata proofTo)
+        external
+        viaSettlement
+        nonReentrant
+    {
+        Claim storage game = _answerable(gameId, INTERVAL);
+        bytes32 jobId = game.parent;
+        _mustOwe(jobId, game, msg.sender);
+        uint256 expected = _stepsIn(jobId, game.index) + 1;
+        // Entry 0 is trace[c], entry k_c is trace[c+1].
+        if (steps.length != expected) revert GameWrongListLength(steps.length, expected);
+        uint256 size = _jobs[jobId].traceLength;
+        bool ends = LibList.verify(game.listRoot, steps[0], size, game.index, proofFrom)
+            && LibList.verify(game.listRoot, steps[expected - 1], size, uint256(game.index) + 1, proofTo);
+        // The list joins the two checkpoints the root commits to.
+        if (!ends) revert GameBadProof();
+        _answer(gameId, LibList.root(steps), true);
+    }
+
+    /// @notice Posts step s's N node-output hashes and the state after it (entry N = steps[s], proven).
+    function postNodes(bytes32 claimId, bytes32[] calldata nodes, bytes32[] calldata proof) external viaSettlement nonReentrant {
+        Claim storage claim = _answerable(claimId, STEP);
+        bytes32 jobId = _jobOf(claim);
+        _mustOwe(jobId, claim, msg.sender);
+        GameParams storage p = _gameParams[jobId];
+        // N node outputs, then the state after the step.
+        if (nodes.length != uint256(p.graphNodes) + 1) revert GameWrongListLength(nodes.length, uint256(p.graphNodes) + 1);
+        uint256 size = _stepsIn(jobId, _claims[claim.gameId].index) + 1;
+        // The last entry is the state hash the picked steps list holds at s.
+        if (!LibList.verify(claim.listRoot, nodes[p.graphNodes], size, claim.index, proof)) revert GameBadProof();
+        _answer(claimId, LibList.root(nodes), true);
+    }
+
+    /// @notice Covers the caller with a list another seat posted under this claim (no calldata).
+    function endorse(bytes32 claimId, bytes32 listRoot) external viaSettlement nonReentrant {
+        Claim storage claim = _claims[claimId];
+        // Lists answer interval and step claims; node claims are answered by evidence.
+        if (claim.level == NODE) revert GameWrongLevel(claimId, claim.level);
+        claim = _answerable(claimId, claim.level);
+        _mustOwe(_jobOf(claim), claim, msg.sender);
+        // Only a posted list can be endorsed.
+        if (!_posted[claimId][listRoot]) revert GameListNotPosted(listRoot);
+        _answer(claimId, listRoot, false);
+    }
+
+    /// @notice Claims "step s of this steps list is wrong" with bond B_step, or joins that claim.
+    function pickStep(bytes32 gameId, bytes32 listRoot, uint32 s) external viaSettlement nonReentrant returns (bytes32 claimId) {
+        Claim storage game = _pickable(gameId, INTERVAL, listRoot);
+        bytes32 jobId = game.parent;
+        // Entry 0 is the proven checkpoint; steps 1..k_c can be wrong.
+        if (s == 0 || s > _stepsIn(jobId, game.index)) revert GameInvalidIndex(s);
+        claimId = keccak256(abi.encode(gameId, STEP, listRoot, uint64(s)));
+        Claim storage claim = _claims[claimId];
+        if (claim.status != ClaimStatus.None) {
+            _join(gameId, claim, claimId);
+            return claimId;
+        }
+        uint64 nodesBy;
+        uint64 now_ = uint64(block.timestamp);
+        if (game.firstNodesBy == 0) {
+            // The root's defenders recompute one interval at a time (section 8.4's queue).
+            uint64 busy = _busyUntil[jobId][game.listRoot];
+            nodesBy = (now_ > busy ? now_ : busy) + _jobs[jobId].allowed.interval;
+            _busyUntil[jobId][game.listRoot] = nodesBy - 2 * MARGIN;
+            game.firstNodesBy = nodesBy;
+        } else {
+            // The interval is recomputed once and kept.
+            nodesBy = game.firstNodesBy > now_ + 2 * MARGIN ? game.firstNodesBy : now_ + 2 * MARGIN;
+        }
+        _newClaim(claim, gameId, gameId, listRoot, STEP, s, nodesBy, nodesBy + _jobs[jobId].allowed.interval, _bonds(jobId).pickStep);
+        game.openChildren += 1;
+        emit ClaimPicked(claimId, gameId, msg.sender, STEP, listRoot, s, nodesBy);
+    }
+
+    /// @notice Claims "node n of this node list is wrong" with bond B_node, or joins that claim.
+    function pickNode(bytes32 stepClaimId, bytes32 nodeRoot, uint32 n) external viaSettlement nonReentrant returns (bytes32 claimId) {
+        Claim storage step = _pickable(stepClaimId, STEP, nodeRoot);
+        bytes32 gameId = step.gameId;
+        bytes32 jobId = _jobOf(step);
+        // Entries 0..N-1 are node outputs; entry N is the proven state.
+        if (n >= _gameParams[jobId].graphNodes) revert GameInvalidIndex(n);
+        claimId = keccak256(abi.encode(gameId, NODE, nodeRoot, uint64(n)));
+        Claim storage claim = _claims[claimId];
+        if (claim.status != ClaimStatus.None) {
+            _join(gameId, claim, claimId);
+            return claimId;
+        }
+        uint64 evidenceBy = uint64(block.timestamp) + _jobs[jobId].allowed.xferEvidence;
+        _newClaim(claim, gameId, stepClaimId, nodeRoot, NODE, n, evidenceBy, 0, _bonds(jobId).pickNode);
+        step.openChildren += 1;
+        emit ClaimPicked(claimId, stepClaimId, msg.sender, NODE, nodeRoot, n, evidenceBy);
+    }
+
+    /// @notice Records that the caller sent its evidence for this node claim to the referee.
+    function postEvidence(bytes32 claimId, bytes32 evidenceHash) external viaSettlement nonReentrant {
+        Claim storage claim = _answerable(claimId, NODE);
+        bytes32 jobId = _jobOf(claim);
+        _mustOwe(jobId, claim, msg.sender);
+        // A zero hash would read as no answer.
+        if (evidenceHash == bytes32(0)) revert GameZeroEvidence();
+        _answers[claimId][msg.sender] = evidenceHash;
+        // The referee's allowance runs from the first evidence.
+        if (claim.ruleBy == 0) claim.ruleBy = uint64(block.timestamp) + _jobs[jobId].allowed.rule;
+        emit EvidencePosted(claimId, msg.sender, evidenceHash, claim.ruleBy);
+    }
+
+    /// @notice The referee's verdict on a node claim: whether the defenders' output is right.
+    function rule(bytes32 claimId, bool defenderRight, bytes32 transcriptHash) external viaSettlement nonReentrant {
+        Claim storage claim = _openClaim(claimId);
+        if (claim.level != NODE) revert GameWrongLevel(claimId, claim.level);
+        // One verdict a claim (appeals come with section 9).
+        if (claim.ruled) revert GameAlreadyRuled(claimId);
+        // The referee recomputes from the evidence.
+        if (claim.ruleBy == 0) revert GameNoEvidence(claimId);
+        if (block.timestamp >= claim.ruleBy) revert GameDeadlinePassed(claim.ruleBy);
+        bytes32 jobId = _jobOf(claim);
+        // Nobody judges their own case.
+        if (_party[claim.gameId][msg.sender]) revert GameRefereeIsParty(msg.sender);
+        // The referee is the client that locked its referee bond for this job.
+        if (msg.sender != _jobs[jobId].client || _refereeBond[jobId] == 0) revert GameNotReferee(msg.sender);
+        claim.ruled = true;
+        claim.defenderRight = defenderRight;
+        emit ClaimRuled(claimId, msg.sender, defenderRight, transcriptHash);
+    }
+
+    /// @notice Ends a step or node claim whose deadlines passed (anyone may call it).
+    function timeout(bytes32 claimId) external viaSettlement nonReentrant {
+        Claim storage claim = _openClaim(claimId);
+        // The game itself ends with resolveGame.
+        if (claim.level == INTERVAL) revert GameWrongLevel(claimId, INTERVAL);
+        _resolve(claimId, claim);
+    }
+
+    /// @notice Ends a game (its interval claim) once its deadlines passed and its claims ended (anyone may call it).
+    function resolveGame(bytes32 gameId) external viaSettlement nonReentrant {
+        Claim storage game = _openClaim(gameId);
+        if (game.level != INTERVAL) revert GameWrongLevel(gameId, game.level);
+        _resolve(gameId, game);
+    }
+
+    // ------------------------------------------------------------------ views
+
+    /// @notice The claim with this id (all zero when none).
+    function getClaim(bytes32 claimId) external view returns (Claim memory) {
+        return _claims[claimId];
+    }
+
+    /// @notice What `seat` answered to the claim: a list root or an evidence hash (zero: nothing).
+    function answerOf(bytes32 claimId, address seat) external view returns (bytes32) {
+        return _answers[claimId][seat];
+    }
+
+    /// @notice Until when the root's defenders are busy recomputing a picked interval.
+    function busyUntil(bytes32 jobId, bytes32 root) external view returns (uint64) {
+        return _busyUntil[jobId][root];
+    }
+
+    /// @notice The bonds of the job's game moves and its referee bond (section 8.5).
+    function bondsOf(bytes32 jobId) external view returns (GameBonds memory) {
+        return _bonds(jobId);
+    }
+
+    // ------------------------------------------------------------------ internals
+
+    function _bonds(bytes32 jobId) private view returns (GameBonds memory b) {
+        Job storage job = _jobs[jobId];
+        GameParams storage p = _gameParams[jobId];
+        uint256 n = job.providersWanted;
+        uint256 gamma = p.gasPriceCap;
+        uint256 pay = job.price / n;
+        uint256 intervalValue = (uint256(p.checkpointEvery) * pay + p.steps - 1) / p.steps;
+        b.openGame = n * gamma * (GAS_LIST_BASE + (uint256(p.checkpointEvery) + 1) * GAS_LIST_ENTRY) + gamma * GAS_RESOLVE;
+        b.pickStep = n * (gamma * (GAS_LIST_BASE + (uint256(p.graphNodes) + 1) * GAS_LIST_ENTRY) + intervalValue);
+        b.pickNode = p.refereeFee + n * gamma * GAS_POST_EVIDENCE;
+        b.referee = job.price + (uint256(WINNER_SHARE_BPS) * job.providerStake * n + BPS - 1) / BPS;
+    }
+
+    function _newClaim(
+        Claim storage claim,
+        bytes32 gameId,
+        bytes32 parent,
+        bytes32 listRoot,
+        uint8 level,
+        uint32 index,
+        uint64 answerBy,
+        uint64 pickUntil,
+        uint256 bond
+    ) private {
+        _lock(_activeNode(msg.sender), msg.sender, bond);
+        claim.gameId = gameId;
+        claim.parent = parent;
+        claim.listRoot = listRoot;
+        claim.author = msg.sender;
+        claim.level = level;
+        claim.status = ClaimStatus.Open;
+        claim.index = index;
+        claim.answerBy = answerBy;
+        claim.pickUntil = pickUntil;
+        claim.bond = uint128(bond);
+        _party[gameId][msg.sender] = true;
+    }
+
+    function _join(bytes32 gameId, Claim storage claim, bytes32 claimId) private {
+        // Joining needs the claim still open...
+        if (claim.status != ClaimStatus.Open) revert GameClaimClosed(claimId);
+        // ... and a registered node (joins are recorded for reimbursement).
+        _activeNode(msg.sender);
+        // Once per account, the author included.
+        if (claim.author == msg.sender || _joined[claimId][msg.sender]) revert GameAlreadyJoined(msg.sender);
+        _joined[claimId][msg.sender] = true;
+        _party[gameId][msg.sender] = true;
+        emit ClaimJoined(claimId, msg.sender);
+    }
+
+    function _openClaim(bytes32 claimId) private view returns (Claim storage claim) {
+        claim = _claims[claimId];
+        // Moves name a claim that exists...
+        if (claim.status == ClaimStatus.None) revert GameClaimNotFound(claimId);
+        // ... and has not ended.
+        if (claim.status != ClaimStatus.Open) revert GameClaimClosed(claimId);
+    }
+
+    /// An open claim of this level whose answer deadline has not passed.
+    function _answerable(bytes32 claimId, uint8 level) private view returns (Claim storage claim) {
+        claim = _openClaim(claimId);
+        if (claim.level != level) revert GameWrongLevel(claimId, claim.level);
+        // Answers come before the deadline the pick set.
+        if (block.timestamp >= claim.answerBy) revert GameDeadlinePassed(claim.answerBy);
+        // Once per seat.
+        if (_answers[claimId][msg.sender] != 0) revert GameAlreadyAnswered(msg.sender);
+    }
+
+    /// An open claim of this level whose pick window is open, with `listRoot` posted under it.
+    function _pickable(bytes32 claimId, uint8 level, bytes32 listRoot) private view returns (Claim storage claim) {
+        claim = _openClaim(claimId);
+        if (claim.level != level) revert GameWrongLevel(claimId, claim.level);
+        // Picks close E_interval after the answer deadline.
+        if (block.timestamp >= claim.pickUntil) revert GameDeadlinePassed(claim.pickUntil);
+        // Only a posted list can be pointed at.
+        if (!_posted[claimId][listRoot]) revert GameListNotPosted(listRoot);
+    }
+
+    function _answer(bytes32 claimId, bytes32 listRoot, bool posted) private {
+        _answers[claimId][msg.sender] = listRoot;
+        if (posted) {
+            _posted[claimId][listRoot] = true;
+            emit ListPosted(claimId, msg.sender, listRoot);
+        } else {
+            emit ListEndorsed(claimId, msg.sender, listRoot);
+        }
+    }
+
+    function _jobOf(Claim storage claim) private view returns (bytes32) {
+        return claim.level == INTERVAL ? claim.parent : _claims[claim.gameId].parent;
+    }
+
+    /// Whether `account` owes an answer to `claim` (forfeited or not): a seat that revealed the
+    /// game's root for the interval claim; a seat that answered the parent with the picked list below it.
+    function _owes(bytes32 jobId, Claim storage claim, address account) private view returns (bool) {
+        if (claim.level == INTERVAL) {
+            Seat storage seat = _seats[jobId][account];
+            return seat.traceRoot == claim.listRoot && seat.traceRoot != bytes32(0);
+        }
+        return _answers[claim.parent][account] == claim.listRoot;
+    }
+
+    function _mustOwe(bytes32 jobId, Claim storage claim, address account) private view {
+        // Only the defenders of the picked list answer, while their seat stands.
+        if (!_owes(jobId, claim, account) || _seats[jobId][account].forfeit != ForfeitReason.None) {
+            revert GameNotADefender(account);
+        }
+    }
+
+    function _latestChallengeBy(bytes32 jobId, bytes32 root) private view returns (uint64 latest) {
+        address[] storage seats = _seatsOf[jobId];
+        for (uint256 i; i < seats.length; ++i) {
+            Seat storage seat = _seats[jobId][seats[i]];
+            if (seat.status == SeatStatus.Revealed && seat.traceRoot == root && seat.challengeBy > latest) {
+                latest = seat.challengeBy;
+            }
+        }
+    }
+
+    /// k_c: steps in interval c (the last interval may be shorter).
+    function _stepsIn(bytes32 jobId, uint32 c) private view returns (uint256) {
+        GameParams storage p = _gameParams[jobId];
+        uint256 left = uint256(p.steps) - uint256(c) * p.checkpointEvery;
+        return left < p.checkpointEvery ? left : p.checkpointEvery;
+    }
+
+    function _resolve(bytes32 claimId, Claim storage claim) private {
+        bytes32 jobId = _jobOf(claim);
+        // The owing seats have until answerBy.
+        if (block.timestamp < claim.answerBy) revert GameTooEarly(claim.answerBy);
+        uint256 answered = _strikeSilent(jobId, claimId, claim);
+        ClaimStatus outcome;
+        if (answered == 0) {
+            // Nobody defended the picked list.
+            outcome = ClaimStatus.Upheld;
+        } else if (claim.level == NODE) {
+            if (claim.ruled) {
+                outcome = claim.defenderRight ? ClaimStatus.Failed : ClaimStatus.Upheld;
+            } else {
+                // The referee has until ruleBy.
+                if (block.timestamp < claim.ruleBy) revert GameTooEarly(claim.ruleBy);
+                outcome = ClaimStatus.Void;
+                _burnRefereeBond(jobId, claim.gameId);
+            }
+        } else {
+            // Picks under the answered lists are allowed until pickUntil...
+            if (block.timestamp < claim.pickUntil) revert GameTooEarly(claim.pickUntil);
+            // ... and every pick made ends first.
+            if (claim.openChildren != 0) revert GameChildrenOpen(claim.openChildren);
+            outcome = claim.upheldChild ? ClaimStatus.Upheld : claim.voidChild ? ClaimStatus.Void : ClaimStatus.Failed;
+        }
+        claim.status = outcome;
+        if (outcome == ClaimStatus.Failed) {
+            _payBond(jobId, claimId, claim);
+        } else {
+            _unlock(jobId, claim.author, claim.bond);
+            if (outcome == ClaimStatus.Upheld && claim.level == NODE) _slashLosers(jobId, claim);
+        }
+        if (claim.level == INTERVAL) {
+            _jobs[jobId].openItems -= 1;
+        } else {
+            Claim storage parent = _claims[claim.parent];
+            parent.openChildren -= 1;
+            if (outcome == ClaimStatus.Upheld) parent.upheldChild = true;
+            if (outcome == ClaimStatus.Void) parent.voidChild = true;
+        }
+        emit ClaimResolved(claimId, outcome);
+    }
+
+    /// Forfeits (SilentDefender, w·S to the claim's author) every owing seat that did not answer;
+    /// returns how many owing seats answered.
+    function _strikeSilent(bytes32 jobId, bytes32 claimId, Claim storage claim) private returns (uint256 answered) {
+        address[] storage seats = _seatsOf[jobId];
+        for (uint256 i; i < seats.length; ++i) {
+            address account = seats[i];
+            if (!_owes(jobId, claim, account)) continue;
+            if (_answers[claimId][account] != 0) {
+                answered += 1;
+                continue;
+            }
+            Seat storage seat = _seats[jobId][account];
+            if (seat.forfeit != ForfeitReason.None) continue;
+            seat.forfeit = ForfeitReason.SilentDefender;
+            emit SeatForfeited(jobId, account, ForfeitReason.SilentDefender);
+            _slashLock(jobId, account, _jobs[jobId].providerStake, claim.author);
+        }
+    }
+
+    /// A failed claim: its bond to the seats covering the picked list, f_R of it to the referee that ruled.
+    function _payBond(bytes32 jobId, bytes32 claimId, Claim storage claim) private {
+        uint256 bond = claim.bond;
+        _take(claim.author, bond);
+        uint256 toReferee;
+        if (claim.ruled) {
+            toReferee = _gameParams[jobId].refereeFee;
+            if (toReferee > bond) toReferee = bond;
+            _credits[_jobs[jobId].client] += toReferee;
+        }
+        address[] storage seats = _seatsOf[jobId];
+        uint256 covering;
+        for (uint256 i; i < seats.length; ++i) {
+            if (_standing(jobId, claim, seats[i])) covering += 1;
+        }
+        uint256 toEach = covering == 0 ? 0 : (bond - toReferee) / covering;
+        for (uint256 i; i < seats.length; ++i) {
+            if (_standing(jobId, claim, seats[i])) _credits[seats[i]] += toEach;
+        }
+        uint256 burned = bond - toReferee - toEach * covering;
+        emit BondForfeited(claimId, claim.author, bond, toReferee, toEach, uint16(covering), burned);
+        _burn(burned);
+    }
+
+    function _standing(bytes32 jobId, Claim storage claim, address account) private view returns (bool) {
+        return _owes(jobId, claim, account) && _seats[jobId][account].forfeit == ForfeitReason.None;
+    }
+
+    /// An upheld node claim: each seat covering the node list forfeits S (LostGame); w·S of it in
+    /// three to the authors of the path's claims, none to the party that ruled; the rest burned.
+    function _slashLosers(bytes32 jobId, Claim storage claim) private {
+        Claim storage step = _claims[claim.parent];
+        Claim storage game = _claims[claim.gameId];
+        address ruler = claim.ruled ? _jobs[jobId].client : address(0);
+        uint256 stake = _jobs[jobId].providerStake;
+        uint256 third = stake * WINNER_SHARE_BPS / BPS / 3;
+        address[] storage seats = _seatsOf[jobId];
+        for (uint256 i; i < seats.length; ++i) {
+            address account = seats[i];
+            if (!_standing(jobId, claim, account)) continue;
+            _seats[jobId][account].forfeit = ForfeitReason.LostGame;
+            emit SeatForfeited(jobId, account, ForfeitReason.LostGame);
+            _take(account, stake);
+            uint256 paid;
+            address[3] memory finders = [game.author, step.author, claim.author];
+            for (uint256 j; j < 3; ++j) {
+                if (finders[j] == ruler) continue;
+                _credits[finders[j]] += third;
+                paid += third;
+            }
+            emit StakeSlashed(jobId, account, stake, claim.author, paid, stake - paid);
+            _burn(stake - paid);
+        }
+    }
+
+    /// A referee that let its allowance pass loses its bond, burned (the redraw of section 9 comes later).
+    function _burnRefereeBond(bytes32 jobId, bytes32 gameId) private {
+        uint256 bond = _refereeBond[jobId];
+        address client = _jobs[jobId].client;
+        // A client that took part in the game could not rule: its silence is no fault.
+        if (bond == 0 || _party[gameId][client]) return;
+        _refereeBond[jobId] = 0;
+        _take(client, bond);
+        emit StakeSlashed(jobId, client, bond, address(0), 0, bond);
+        _burn(bond);
+    }
+
+    /// Takes a lock out of its node's stake (the caller pays it on).
+    function _take(address account, uint256 amount) private {
+        Node storage node = _nodes[account];
+        node.locked -= amount;
+        node.stake -= amount;
+        node.obligations -= 1;
+    }
+
+    function _burn(uint256 amount) private {
+        if (amount == 0) return;
+        // BURN_ADDRESS has no code: the transfer cannot call back or fail.
+        (bool ok,) = payable(BURN_ADDRESS).call{value: amount}("");
+        if (!ok) revert WithdrawTransferFailed(BURN_ADDRESS, amount);
+    }
+}
