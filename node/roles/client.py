@@ -282,7 +282,8 @@ class ClientRole:
         accept_by = cj.record["deadlines"]["accept_by"]
         offer = pack(self._offer(cj).to_wire())
         asked: dict[ID, float] = {}
-        while len(cj.record["seats"]) < options.providers and time.time() < accept_by - 2:
+        lead = await self._clock_lead()
+        while len(cj.record["seats"]) < options.providers and time.time() + lead < accept_by - 2:
             skip = {p for p, t in asked.items() if time.time() - t < 10} | {
                 ID.from_base58(seat["peer"]) for seat in cj.record["seats"].values()}
             wanted = options.providers - len(cj.record["seats"])
@@ -348,13 +349,24 @@ class ClientRole:
         """Until every seat delivered its trace report or the commit deadline passed."""
         commit_by = cj.record["deadlines"]["commit_by"]
         last_poll = 0.0
-        while any(seat["report"] is None for seat in cj.record["seats"].values()) and time.time() < commit_by:
+        lead = await self._clock_lead()
+        while any(seat["report"] is None for seat in cj.record["seats"].values()) and time.time() + lead < commit_by:
             if time.time() - last_poll > 5:
                 last_poll = time.time()
                 await self._fetch_missing_reports(cj)
             with trio.move_on_after(POLL):
                 await cj.changed.wait()
         return REPORTS_IN
+
+    async def _clock_lead(self) -> float:
+        """Seconds the chain's clock runs ahead of ours (never less than 0): the deadlines
+        are chain time, and a wait measured on our clock alone would outlast them."""
+        chain = self.ctx.chain
+        try:
+            return max(0.0, await chain.run(chain.chain.now) - time.time())
+        except chain_failures() as error:
+            log.info("reading the chain's clock: %s", _chain_error(error))
+            return 0.0
 
     async def _fetch_missing_reports(self, cj: ClientJob) -> None:
         """Ask providers that committed on chain but whose report never came."""
