@@ -13,6 +13,8 @@ gossip subscriptions. The modules:
   disputes       the dispute machines' trio shell: the referee drives, parties answer, logs resume
   referee        refereeing a job's disputes: checked on chain, run to a verdict, recorded with rule
   client_job     a client's job apart from the network: its life as one table, its phase, its size
+  client_result  what a client keeps as a job's result: only what checks against the chain's roots
+  keeper         every node's loop that settles jobs it knows of once their deadlines passed
   provider, auditor, client   the roles
 """
 from __future__ import annotations
