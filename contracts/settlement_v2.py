@@ -441,7 +441,7 @@ def _version_1_only(name: str) -> property:
     return property(absent)
 
 
-for _name in ("open_dispute", "rule", "lapse", "dispute", "dispute_count", "providers"):
+for _name in ("open_dispute", "lapse", "dispute", "dispute_count", "providers"):  # `rule` is the claim game's
     setattr(SettlementV2, _name, _version_1_only(_name))
 
 

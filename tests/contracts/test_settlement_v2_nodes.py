@@ -37,7 +37,7 @@ def test_zero_chain_settings_are_refused(setting):
 
 
 def test_version_1_calls_are_absent(world_v2):
-    for name in ("open_dispute", "rule", "lapse", "dispute", "dispute_count", "providers"):
+    for name in ("open_dispute", "lapse", "dispute", "dispute_count", "providers"):
         assert hasattr(Settlement, name) and not hasattr(world_v2.settlement, name)
 
 

@@ -1,0 +1,223 @@
+"""The claim game (docs/economics.md, section 8) against the real GavelSettlementV2 on the embedded EVM:
+honest and cheating parties play it to the end; every coin is accounted for after every move."""
+
+from __future__ import annotations
+
+import pytest
+from eth_utils import keccak
+
+from contracts.settlement_v2 import ForfeitReason, SeatForfeited
+from contracts.settlement_v2_games import ClaimJoined, ClaimResolved, ClaimStatus
+from protocol.economics import bonds
+
+from .game_world_v2 import CHEAT, EVERY, REFEREE_FEE, TRUTH, WRONG_NODE, WRONG_STEP, GameTable, holdings, register_auditors
+from .settlement_world import WINNER_SHARE_BPS
+from .settlement_world_v2 import PRICE, PROVIDER_STAKE
+
+pytestmark = pytest.mark.settlement
+
+S = PROVIDER_STAKE
+C_BAD, S_BAD = (WRONG_STEP - 1) // EVERY, (WRONG_STEP - 1) % EVERY + 1  # the cheated interval and its step
+
+
+def _close(t: GameTable, claim: bytes) -> ClaimStatus:
+    """Waits out the claim's deadlines and ends it (timeout, or resolveGame for a game)."""
+    info = t.w.settlement.claim(claim)
+    t.after(max(info.answer_by, info.pick_until, info.rule_by))
+    (t.w.as_(t.w.keeper).resolve_game if info.level == 0 else t.w.as_(t.w.keeper).timeout)(claim)
+    t.w.assert_every_coin_accounted()
+    return t.w.settlement.claim(claim).status
+
+
+def _settle(t: GameTable) -> None:
+    d = t.w.settlement.deadlines(t.jid)
+    t.after(max(d.reveal_by, d.challenge_end))
+    t.w.as_(t.w.keeper).settle(t.jid)
+    t.w.assert_every_coin_accounted()
+
+
+def test_bonds_of_is_protocol_economics_bonds(cast_v2):
+    w = cast_v2
+    t = GameTable(w, (TRUTH, CHEAT))
+    expected = bonds(w.opened[t.jid].economic_terms(), w.settlement.chain_settings())
+    got = w.settlement.bonds_of(t.jid)
+    assert (got.open_game, got.pick_step, got.pick_node, got.referee) == (
+        expected.open_game, expected.pick_step, expected.pick_node, expected.referee)
+    assert w.settlement.node(w.client).locked == expected.referee  # locked at openJob
+
+
+def test_a_cheated_root_is_upheld_the_finder_gains_and_the_cheater_loses_its_stake(cast_v2):
+    """Section 12: cheat a step. The auditor plays the whole path; the client rules on the evidence."""
+    w = cast_v2
+    auditor, _ = register_auditors(w)
+    honest, cheater = w.providers[:2]
+    t = GameTable(w, (TRUTH, CHEAT))
+    before = {a: holdings(w, a) for a in (auditor, honest, cheater, w.client)}
+    game = t.open_game(auditor, cheater, C_BAD)
+    w.assert_every_coin_accounted()
+    t.post_steps(cheater, game, C_BAD)
+    step = t.pick_step(auditor, game, cheater, C_BAD, S_BAD)
+    t.post_nodes(cheater, step, C_BAD, S_BAD)
+    node = t.pick_node(auditor, step, cheater, WRONG_STEP, WRONG_NODE)
+    t.post_evidence(cheater, node)
+    w.as_(w.client).rule(node, False, keccak(b"transcript"))
+    w.assert_every_coin_accounted()
+    assert _close(t, node) == ClaimStatus.UPHELD
+    assert w.settlement.seat(t.jid, cheater).forfeit == ForfeitReason.LOST_GAME
+    assert _close(t, step) == ClaimStatus.UPHELD
+    assert _close(t, game) == ClaimStatus.UPHELD
+    _settle(t)
+    finder = S * WINNER_SHARE_BPS // 10_000 // 3 * 3  # all three claims are the auditor's
+    assert holdings(w, auditor) == before[auditor] + finder
+    assert holdings(w, cheater) == before[cheater] - S
+    assert holdings(w, honest) >= before[honest] + PRICE // 2
+    assert holdings(w, w.client) == before[w.client] + PRICE - PRICE // 2  # the cheater's pay back
+    assert w.settlement.node(w.client).locked == 0
+
+
+def test_a_false_pick_at_an_honest_root_loses_its_bonds_to_the_defenders(cast_v2):
+    """An adversary plays the whole path against two honest seats with one root; it ends poorer."""
+    w = cast_v2
+    adversary, _ = register_auditors(w)
+    a, b = w.providers[:2]
+    t = GameTable(w, (TRUTH, TRUTH))
+    paid = w.settlement.bonds_of(t.jid)
+    before = {x: holdings(w, x) for x in (adversary, a, b, w.client)}
+    game = t.open_game(adversary, a, 0)
+    t.post_steps(a, game, 0)
+    w.as_(b).endorse(game, t.steps_root(a, 0))
+    step = t.pick_step(adversary, game, a, 0, 1)
+    t.post_nodes(a, step, 0, 1)
+    w.as_(b).endorse(step, t.nodes_root(a, 1))
+    node = t.pick_node(adversary, step, a, 1, 0)
+    t.post_evidence(a, node)
+    t.post_evidence(b, node)
+    w.as_(w.client).rule(node, True, keccak(b"transcript"))
+    assert _close(t, node) == ClaimStatus.FAILED
+    assert _close(t, step) == ClaimStatus.FAILED
+    assert _close(t, game) == ClaimStatus.FAILED
+    _settle(t)
+    lost = paid.open_game + paid.pick_step + paid.pick_node
+    assert holdings(w, adversary) == before[adversary] - lost
+    assert holdings(w, w.client) == before[w.client] + REFEREE_FEE + PRICE - 2 * (PRICE // 2)
+    for seat in (a, b):
+        assert holdings(w, seat) >= before[seat] + PRICE // 2 + (lost - REFEREE_FEE) // 2 - 1
+
+
+def test_a_silent_defender_forfeits_and_the_picker_is_paid(cast_v2):
+    w = cast_v2
+    auditor, _ = register_auditors(w)
+    _, cheater = w.providers[:2]
+    t = GameTable(w, (TRUTH, CHEAT))
+    before = holdings(w, auditor)
+    game = t.open_game(auditor, cheater, C_BAD)
+    result_status = _close(t, game)
+    assert result_status == ClaimStatus.UPHELD
+    assert w.settlement.seat(t.jid, cheater).forfeit == ForfeitReason.SILENT_DEFENDER
+    assert holdings(w, auditor) == before + S * WINNER_SHARE_BPS // 10_000
+    assert holdings(w, cheater) < 5 * 10**18  # lost its seat's lock
+    _settle(t)
+
+
+def test_many_challengers_meet_in_one_game_and_each_honest_one_ends_with_at_least_what_it_put_in(cast_v2):
+    w = cast_v2
+    first, second = register_auditors(w)
+    honest, cheater = w.providers[:2]
+    t = GameTable(w, (TRUTH, CHEAT))
+    before = {x: holdings(w, x) for x in (first, second)}
+    game = t.open_game(first, cheater, C_BAD)
+    joined = w.as_(second).open_game(t.jid, t.root(cheater), C_BAD)
+    assert joined.one(ClaimJoined).claim_id == game
+    t.post_steps(cheater, game, C_BAD)
+    step = t.pick_step(second, game, cheater, C_BAD, S_BAD)  # the second picks first this time
+    same = w.as_(first).pick_step(game, t.steps_root(cheater, C_BAD), S_BAD)
+    assert same.one(ClaimJoined) == ClaimJoined(step, first)  # the same pick joins, with no bond
+    t.post_nodes(cheater, step, C_BAD, S_BAD)
+    node = t.pick_node(first, step, cheater, WRONG_STEP, WRONG_NODE)
+    w.as_(second).pick_node(step, t.nodes_root(cheater, WRONG_STEP), WRONG_NODE).one(ClaimJoined)
+    t.post_evidence(cheater, node)
+    w.as_(w.client).rule(node, False, keccak(b"transcript"))
+    for claim in (node, step, game):
+        assert _close(t, claim) == ClaimStatus.UPHELD
+    _settle(t)
+    third = S * WINNER_SHARE_BPS // 10_000 // 3
+    assert holdings(w, first) == before[first] + 2 * third   # interval and node claims
+    assert holdings(w, second) == before[second] + third     # the step claim
+    assert w.settlement.seat(t.jid, honest).status == 4      # PAID
+
+
+def test_a_client_that_referees_cannot_rule_a_game_it_picked_in(cast_v2):
+    w = cast_v2
+    _, cheater = w.providers[:2]
+    t = GameTable(w, (TRUTH, CHEAT))
+    referee_bond = w.settlement.bonds_of(t.jid).referee
+    before = holdings(w, w.client)
+    game = t.open_game(w.client, cheater, C_BAD)
+    t.post_steps(cheater, game, C_BAD)
+    step = t.pick_step(w.client, game, cheater, C_BAD, S_BAD)
+    t.post_nodes(cheater, step, C_BAD, S_BAD)
+    node = t.pick_node(w.client, step, cheater, WRONG_STEP, WRONG_NODE)
+    t.post_evidence(cheater, node)
+    from .settlement_world import reverts
+    with reverts("GameRefereeIsParty", account=w.client):
+        w.as_(w.client).rule(node, False, keccak(b"transcript"))
+    # No referee can rule yet (the draw of section 9 comes later): the claim voids, bonds back,
+    # and the client's bond is not burned for a silence it could not help.
+    assert _close(t, node) == ClaimStatus.VOID
+    assert _close(t, step) == ClaimStatus.VOID
+    assert _close(t, game) == ClaimStatus.VOID
+    assert holdings(w, w.client) == before
+    assert w.settlement.node(w.client).locked == referee_bond
+
+
+def test_a_silent_referee_loses_its_bond_and_the_claim_voids_with_bonds_back(cast_v2):
+    w = cast_v2
+    auditor, _ = register_auditors(w)
+    _, cheater = w.providers[:2]
+    t = GameTable(w, (TRUTH, CHEAT))
+    referee_bond = w.settlement.bonds_of(t.jid).referee
+    before = {x: holdings(w, x) for x in (auditor, w.client)}
+    game = t.open_game(auditor, cheater, C_BAD)
+    t.post_steps(cheater, game, C_BAD)
+    step = t.pick_step(auditor, game, cheater, C_BAD, S_BAD)
+    t.post_nodes(cheater, step, C_BAD, S_BAD)
+    node = t.pick_node(auditor, step, cheater, WRONG_STEP, WRONG_NODE)
+    t.post_evidence(cheater, node)
+    burned = w.ledger()["burned"]
+    assert _close(t, node) == ClaimStatus.VOID
+    assert w.ledger()["burned"] == burned + referee_bond
+    assert holdings(w, w.client) == before[w.client] - referee_bond
+    assert _close(t, step) == ClaimStatus.VOID
+    assert _close(t, game) == ClaimStatus.VOID
+    assert holdings(w, auditor) == before[auditor]
+
+
+def test_games_on_distinct_intervals_of_one_root_queue_the_defenders_recompute(cast_v2):
+    w = cast_v2
+    auditor, _ = register_auditors(w)
+    honest = w.providers[0]
+    t = GameTable(w, (TRUTH, CHEAT))
+    allowed = w.settlement.job(t.jid).allowed
+    margin = w.settlement.setting("MARGIN")
+    games = [t.open_game(auditor, honest, c) for c in (0, 1)]
+    for c, game in enumerate(games):
+        t.post_steps(honest, game, c)
+    first = w.settlement.claim(t.pick_step(auditor, games[0], honest, 0, 1))
+    assert w.settlement.busy_until(t.jid, t.root(honest)) == first.answer_by - 2 * margin
+    second = w.settlement.claim(t.pick_step(auditor, games[1], honest, 1, 1))
+    assert second.answer_by == first.answer_by - 2 * margin + allowed.interval
+    # A later pick in the same game keeps the interval's nodesBy.
+    again = w.settlement.claim(t.pick_step(auditor, games[0], honest, 0, 2))
+    assert again.answer_by == first.answer_by
+
+
+def test_seat_forfeits_of_the_game_are_the_seat_forfeited_events(cast_v2):
+    w = cast_v2
+    auditor, _ = register_auditors(w)
+    _, cheater = w.providers[:2]
+    t = GameTable(w, (TRUTH, CHEAT))
+    game = t.open_game(auditor, cheater, C_BAD)
+    t.after(w.settlement.claim(game).answer_by)
+    result = w.as_(w.keeper).resolve_game(game)
+    assert result.one(SeatForfeited) == SeatForfeited(t.jid, cheater, ForfeitReason.SILENT_DEFENDER)
+    assert result.one(ClaimResolved) == ClaimResolved(game, ClaimStatus.UPHELD)
