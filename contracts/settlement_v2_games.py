@@ -26,16 +26,17 @@ from .records import SettlementEvent, _FromAbi
 GAMES_CONTRACT_NAME = "GavelGamesV2"
 INTERVAL, STEP, NODE = 0, 1, 2
 
-# Gas limits of the moves: about twice the most measured on the embedded EVM (scripts/bench_settlement.py).
+# Gas limits of the moves: about twice the most measured on the embedded EVM with one seat
+# (scripts/bench_settlement.py); timeouts loop over the seats (MAX_PROVIDERS at most).
 GAS_LIMITS_GAMES: dict[str, int] = {
-    "openGame": 400_000,
-    "postSteps": 3_000_000,
+    "openGame": 500_000,      # 247k
+    "postSteps": 3_000_000,   # 104k + 1.2k an entry: 1.3M at MAX_LIST
     "endorse": 150_000,
-    "pickStep": 400_000,
-    "postNodes": 3_000_000,
-    "pickNode": 400_000,
-    "postEvidence": 200_000,
-    "rule": 200_000,
+    "pickStep": 500_000,      # 239k
+    "postNodes": 3_000_000,   # 652k at N = 471
+    "pickNode": 450_000,      # 210k
+    "postEvidence": 160_000,  # 75k
+    "rule": 120_000,          # 48k
     "timeout": 1_500_000,
     "resolveGame": 1_500_000,
 }

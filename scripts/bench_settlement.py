@@ -31,6 +31,10 @@ from contracts import (
     find_anvil,
 )
 from contracts.chain import Chain
+from contracts.settlement_v2 import GAS_LIMITS_V2, JobOpened, JobTerms, SettlementV2, commitment_of
+from contracts.settlement_v2_games import ClaimPicked, GameOpened
+from protocol.listtree import ListTree
+from eth_utils import keccak as keccak_
 
 RULING_PERIOD = 30
 UNBONDING_DELAY = 100
@@ -139,6 +143,64 @@ def worst_settle(chain: Chain) -> tuple[int, int]:
     return s.settle(job).gas_used, needed
 
 
+def _h(label: str) -> bytes:
+    return hashlib.sha256(label.encode()).digest()
+
+
+def bench_v2(chain: Chain, interval_steps: int, graph_nodes: int, intervals: int = 10) -> dict[str, int]:
+    """Gas used by version 2: a one-seat job revealed, then a dispute over its interval 0 played to a
+    ruling (one pick a level) and resolved; the job settled and both credits withdrawn."""
+    accounts = chain.accounts
+    client, seat, auditor = accounts[1], accounts[2], accounts[3]
+    s = SettlementV2.deploy(chain, unbonding_delay=UNBONDING_DELAY, min_stake=ETHER)
+    s.connect(client).register(_h("client"), Role.CLIENT, stake=10 * ETHER)
+    s.connect(seat).register(_h("seat"), Role.PROVIDER, stake=10 * ETHER)
+    s.connect(auditor).register(_h("auditor"), Role.AUDITOR, stake=10 * ETHER)
+    gas: dict[str, int] = {}
+
+    def tx(name, result):
+        gas[name] = result.gas_used
+        return result
+
+    spec = b"bench spec " * 36
+    steps = interval_steps * intervals
+    states = [_h(f"state {i}") for i in range(steps + 1)]
+    trace = states[::interval_steps]
+    terms = JobTerms(
+        nonce=1, client_key=_h("client"), client_referees=True, spec_hash=keccak_(spec), initial_state=trace[0],
+        steps=steps, checkpoint_every=interval_steps, graph_nodes=graph_nodes, step_millis=1_000, node_millis=100,
+        state_bytes=10**6, evidence_bytes=10**5, providers_wanted=1, catch_bps=9_000, accept_window=100,
+        price=ETHER, provider_stake=ETHER, gas_price_cap=10**9, referee_fee=10**15, witness_fee=0)
+    jid = tx("openJob", s.connect(client).open_job(terms, spec)).one(JobOpened).job_id
+    tx("accept", s.connect(seat).accept(jid))
+    tree = ListTree(trace)
+    tx("commit", s.connect(seat).commit(jid, commitment_of(jid, seat, tree.root, _h("salt"))))
+    tx("reveal", s.connect(seat).reveal(jid, trace, _h("salt")))
+
+    game = tx("openGame", s.connect(auditor).open_game(jid, tree.root, 0)).one(GameOpened).game_id
+    interval = states[:interval_steps + 1]
+    tx("postSteps", s.connect(seat).post_steps(game, interval, tree.proof(0).siblings, tree.proof(1).siblings))
+    steps_tree = ListTree(interval)
+    step = tx("pickStep", s.connect(auditor).pick_step(game, steps_tree.root, 1)).one(ClaimPicked).claim_id
+    nodes = [_h(f"node {n}") for n in range(graph_nodes)] + [states[1]]
+    tx("postNodes", s.connect(seat).post_nodes(step, nodes, steps_tree.proof(1).siblings))
+    node = tx("pickNode", s.connect(auditor).pick_node(step, ListTree(nodes).root, 0)).one(ClaimPicked).claim_id
+    tx("postEvidence", s.connect(seat).post_evidence(node, _h("evidence")))
+    tx("rule", s.connect(client).rule(node, False, _h("transcript")))
+    for name, claim in (("timeout node", node), ("timeout step", step), ("resolveGame", game)):
+        info = s.claim(claim)
+        chain.mine(max(info.answer_by, info.pick_until, info.rule_by, chain.now() + 1))
+        tx(name, s.timeout(claim) if name != "resolveGame" else s.resolve_game(claim))
+    chain.mine(max(s.deadlines(jid).challenge_end, chain.now() + 1))
+    tx("settle", s.settle(jid))
+    tx("withdraw", s.connect(client).withdraw())
+    gas["dispute to a ruling"] = sum(gas[n] for n in ("openGame", "postSteps", "pickStep", "postNodes", "pickNode",
+                                                     "postEvidence", "rule"))
+    gas["dispute resolved"] = gas["dispute to a ruling"] + sum(
+        gas[n] for n in ("timeout node", "timeout step", "resolveGame"))
+    return gas
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
@@ -180,6 +242,14 @@ def main() -> None:
     print(f"{'any read':<54}" + "".join(f"{all_read[b] * 1e3:>13.2f}" for b in backends))
     print(f"settle, 16 seats all paid (worst case): gas used {worst[0]:,}, needed {worst[1]:,}, "
           f"limit {GAS_LIMITS['settle']:,}")
+
+    shapes = {"mlp (k=20, N=53)": (20, 53), "tiny-gpt (k=25, N=471)": (25, 471)}
+    v2 = {label: bench_v2(EmbeddedChain(), *shape) for label, shape in shapes.items()}
+    print("\nversion 2, gas used on the embedded EVM (one seat; a dispute over one interval, one pick a level)")
+    print(f"{'operation':<22}" + "".join(f"{label:>26}" for label in v2) + f"{'limit':>11}")
+    for name in v2[next(iter(v2))]:
+        limit = GAS_LIMITS_V2.get(name.split()[0], 0)
+        print(f"{name:<22}" + "".join(f"{g[name]:>26,}" for g in v2.values()) + (f"{limit:>11,}" if limit else ""))
 
 
 if __name__ == "__main__":

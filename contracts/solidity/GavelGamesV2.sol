@@ -35,14 +35,15 @@ contract GavelGamesV2 is SettlementStorageV2 {
     uint8 internal constant STEP = 1;
     uint8 internal constant NODE = 2;
 
-    /// @notice Gas figures the bonds pre-pay at γ (protocol.economics.ESTIMATED_GAS, section 13).
-    uint256 public constant GAS_LIST_BASE = 77_000;
+    /// @notice Gas figures the bonds pre-pay at γ (protocol.economics.ESTIMATED_GAS: measured by
+    /// scripts/bench_settlement.py, rounded up; section 13). A list's fixed part:
+    uint256 public constant GAS_LIST_BASE = 110_000;
     /// @notice Gas of one posted list entry (32 calldata bytes and a keccak leaf).
-    uint256 public constant GAS_LIST_ENTRY = 612;
+    uint256 public constant GAS_LIST_ENTRY = 1_200;
     /// @notice Gas of one postEvidence.
-    uint256 public constant GAS_POST_EVIDENCE = 50_000;
-    /// @notice Gas of resolving a game.
-    uint256 public constant GAS_RESOLVE = 120_000;
+    uint256 public constant GAS_POST_EVIDENCE = 80_000;
+    /// @notice Gas of ending a path: the node and step timeouts and resolveGame.
+    uint256 public constant GAS_RESOLVE = 320_000;
 
     /// @notice Δ, as GavelSettlementV2's MARGIN.
     uint32 public immutable MARGIN;
