@@ -53,9 +53,9 @@ from .settlement_v2_games import GAME_EVENT_TYPES, GAMES_CONTRACT_NAME, GAS_LIMI
 CONTRACT_NAME = "GavelSettlementV2"
 
 # Gas limit of every transaction, by operation: about twice the most measured on the embedded
-# EVM (openJob 323k with a 400-byte spec, the game terms and the referee bond lock, accept 139k, commit 63k, reveal 82k at 11 entries and
-# 1.33M at MAX_LIST, closeSeat 92k, settle 127k for two seats and 655k for MAX_PROVIDERS,
-# withdraw 31k). A limit costs nothing unless used; one too tight fails a move.
+# EVM (openJob 323k with a 400-byte spec, the game terms and the referee bond's lock, accept
+# 139k, commit 63k, reveal 82k at 11 entries and 1.33M at MAX_LIST, closeSeat 92k, settle 127k
+# for two seats and 655k for MAX_PROVIDERS, withdraw 31k). A limit costs nothing unless used; one too tight fails a move.
 GAS_LIMITS_V2: dict[str, int] = {
     "deploy": 12_000_000,  # the contract and its game module (GavelGamesV2), created by its constructor
     "register": 180_000,
