@@ -20,6 +20,7 @@ import enum
 from dataclasses import dataclass
 
 from protocol.economics import Bonds
+from protocol.statements import SeatStatement, SignedStatement
 
 from .records import SettlementEvent, _FromAbi
 
@@ -39,6 +40,8 @@ GAS_LIMITS_GAMES: dict[str, int] = {
     "rule": 120_000,          # 48k
     "timeout": 1_500_000,
     "resolveGame": 1_500_000,
+    "slashEquivocation": 250_000,
+    "slashContradiction": 200_000,
 }
 
 
@@ -156,7 +159,17 @@ class BondForfeited(SettlementEvent):
     burned: int
 
 
-GAME_EVENT_TYPES = (GameOpened, ClaimPicked, ClaimJoined, ListPosted, ListEndorsed, EvidencePosted, ClaimRuled,
+@dataclass(frozen=True)
+class EquivocationSlashed(SettlementEvent):
+    EVENT_NAME = "EquivocationSlashed"
+    job_id: bytes
+    seat: str
+    reporter: str
+    kind: int
+    index: int
+
+
+GAME_EVENT_TYPES = (EquivocationSlashed, GameOpened, ClaimPicked, ClaimJoined, ListPosted, ListEndorsed, EvidencePosted, ClaimRuled,
                     ClaimResolved, BondForfeited)
 
 
@@ -168,6 +181,12 @@ def _b32(value: bytes) -> bytes:
 
 def _hashes(values) -> list[bytes]:
     return [_b32(v) for v in values]
+
+
+def _statement(statement: SeatStatement) -> tuple:
+    if not isinstance(statement, SeatStatement):
+        raise TypeError("only seat statements are slashable on chain")
+    return (statement.job_id, statement.seat, statement.kind, statement.index, statement.value)
 
 
 class GameMovesV2:
@@ -213,6 +232,19 @@ class GameMovesV2:
         """Ends a game once its deadlines passed and its claims ended (anyone)."""
         return self._transact("resolveGame", _b32(game_id))
 
+    def slash_equivocation(self, a: SignedStatement, b: SignedStatement):
+        """Slashes the seat that signed both (same job, kind and index, different values); w·S to the caller."""
+        return self._transact("slashEquivocation", _statement(a.statement), a.signature,
+                              _statement(b.statement), b.signature)
+
+    def slash_contradiction(self, signed: SignedStatement):
+        """Slashes the seat whose signed list is not the one the chain holds for it; w·S to the caller."""
+        return self._transact("slashContradiction", _statement(signed.statement), signed.signature)
+
+    def statement_digest(self, statement: SeatStatement) -> bytes:
+        """The EIP-712 digest the contract recovers from (protocol.statements.digest computes it too)."""
+        return self._call("statementDigest", _statement(statement))[0]
+
     def claim(self, claim_id: bytes) -> ClaimInfo:
         (raw,) = self._call("getClaim", _b32(claim_id))
         return ClaimInfo.from_abi(raw)
@@ -230,7 +262,7 @@ class GameMovesV2:
 
 
 __all__ = [
-    "BondForfeited", "ClaimInfo", "ClaimJoined", "ClaimPicked", "ClaimResolved", "ClaimRuled", "ClaimStatus",
+    "BondForfeited", "ClaimInfo", "EquivocationSlashed", "ClaimJoined", "ClaimPicked", "ClaimResolved", "ClaimRuled", "ClaimStatus",
     "EvidencePosted", "GAME_EVENT_TYPES", "GAMES_CONTRACT_NAME", "GAS_LIMITS_GAMES", "GameMovesV2", "GameOpened",
     "ListEndorsed", "ListPosted", "NODE", "STEP", "INTERVAL",
 ]

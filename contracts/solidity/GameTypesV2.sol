@@ -55,3 +55,14 @@ struct GameBonds {
     uint256 pickNode;
     uint256 referee;
 }
+
+/// @notice A seat's signed word on one of its lists (docs/economics.md, section 10; EIP-712 type
+/// `SeatStatement`, protocol/statements.py). kind 0 TRACE: index 0, value the trace root;
+/// 1 STEPS: index c, the interval's steps-list root; 2 NODES: index s (a global step), the node-list root.
+struct SeatStatement {
+    bytes32 jobId;
+    address seat;
+    uint8 kind;
+    uint64 index;
+    bytes32 value;
+}

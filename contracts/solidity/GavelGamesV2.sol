@@ -4,6 +4,7 @@ pragma solidity 0.8.28;
 import {ForfeitReason, Job, JobStatus, Node, Seat, SeatStatus} from "./SettlementTypesV2.sol";
 import {Claim, ClaimStatus, GameBonds, GameParams} from "./GameTypesV2.sol";
 import {LibList} from "./LibList.sol";
+import {SeatStatementsV2} from "./SeatStatementsV2.sol";
 import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 
 /// @title GavelGamesV2
@@ -30,7 +31,8 @@ import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 ///    between the authors of the interval, step and node claims (a share of the ruling referee is
 ///    burned instead), the rest burned; the client gets that seat's pay back at settle.
 ///  - Bonds are locks of the author's stake, so the contract's balance stays stakes + credits + escrow.
-contract GavelGamesV2 is SettlementStorageV2 {
+///  - Equivocation (section 10) is `SeatStatementsV2`'s, inherited here for the same storage.
+contract GavelGamesV2 is SeatStatementsV2 {
     uint8 internal constant INTERVAL = 0;
     uint8 internal constant STEP = 1;
     uint8 internal constant NODE = 2;
@@ -67,9 +69,6 @@ contract GavelGamesV2 is SettlementStorageV2 {
     event ClaimResolved(bytes32 indexed claimId, ClaimStatus outcome);
     /// @notice A failed claim's bond was paid out: `toReferee` to the referee, `toEach` to each covering seat.
     event BondForfeited(bytes32 indexed claimId, address indexed author, uint256 bond, uint256 toReferee, uint256 toEach, uint16 seats, uint256 burned);
-    /// @notice A seat lost its lock (same event as GavelSettlementV2's).
-    event SeatForfeited(bytes32 indexed jobId, address indexed seat, ForfeitReason reason);
-
     /// @notice The module was called directly: its moves run only on GavelSettlementV2's storage.
     error GameDirectCall();
     /// @notice The job is not running.
