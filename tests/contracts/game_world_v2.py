@@ -72,36 +72,43 @@ class GameTable:
             w.reveal(self.jid, seat, comp.trace())
         self.seats = list(self.by_seat)
 
+    def _booked(self, result):
+        """Every coin accounted for after the move (section 8's money tests check it after every step)."""
+        self.w.assert_every_coin_accounted()
+        return result
+
     def root(self, seat: str) -> bytes:
         return list_root(self.by_seat[seat].trace())
 
     def open_game(self, by: str, seat: str, c: int) -> bytes:
-        return self.w.as_(by).open_game(self.jid, self.root(seat), c).one(GameOpened).game_id
+        return self._booked(self.w.as_(by).open_game(self.jid, self.root(seat), c)).one(GameOpened).game_id
 
     def post_steps(self, seat: str, game: bytes, c: int, comp: Computation | None = None):
         comp = comp or self.by_seat[seat]
         tree = ListTree(self.by_seat[seat].trace())
-        return self.w.as_(seat).post_steps(game, comp.steps(c), tree.proof(c).siblings, tree.proof(c + 1).siblings)
+        return self._booked(
+            self.w.as_(seat).post_steps(game, comp.steps(c), tree.proof(c).siblings, tree.proof(c + 1).siblings))
 
     def steps_root(self, seat: str, c: int) -> bytes:
         return list_root(self.by_seat[seat].steps(c))
 
     def pick_step(self, by: str, game: bytes, seat: str, c: int, s: int) -> bytes:
-        return self.w.as_(by).pick_step(game, self.steps_root(seat, c), s).one(ClaimPicked).claim_id
+        return self._booked(self.w.as_(by).pick_step(game, self.steps_root(seat, c), s)).one(ClaimPicked).claim_id
 
     def post_nodes(self, seat: str, claim: bytes, c: int, s: int):
         comp = self.by_seat[seat]
         proof = ListTree(comp.steps(c)).proof(s).siblings
-        return self.w.as_(seat).post_nodes(claim, comp.nodes(c * EVERY + s), proof)
+        return self._booked(self.w.as_(seat).post_nodes(claim, comp.nodes(c * EVERY + s), proof))
 
     def nodes_root(self, seat: str, step: int) -> bytes:
         return list_root(self.by_seat[seat].nodes(step))
 
     def pick_node(self, by: str, step_claim: bytes, seat: str, step: int, n: int) -> bytes:
-        return self.w.as_(by).pick_node(step_claim, self.nodes_root(seat, step), n).one(ClaimPicked).claim_id
+        picked = self.w.as_(by).pick_node(step_claim, self.nodes_root(seat, step), n)
+        return self._booked(picked).one(ClaimPicked).claim_id
 
     def post_evidence(self, seat: str, claim: bytes):
-        return self.w.as_(seat).post_evidence(claim, keccak(b"evidence of " + seat.encode() + claim))
+        return self._booked(self.w.as_(seat).post_evidence(claim, keccak(b"evidence of " + seat.encode() + claim)))
 
     def after(self, deadline: int) -> None:
         """Mines up to `deadline`: the next transaction lands after it."""

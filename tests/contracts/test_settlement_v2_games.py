@@ -62,7 +62,7 @@ def test_a_cheated_root_is_upheld_the_finder_gains_and_the_cheater_loses_its_sta
     t.post_evidence(cheater, node)
     w.as_(w.client).rule(node, False, keccak(b"transcript"))
     w.assert_every_coin_accounted()
-    assert _close(t, node) == ClaimStatus.UPHELD
+    assert _close(t, node) == ClaimStatus.UPHELD  # _close checks the books too
     assert w.settlement.seat(t.jid, cheater).forfeit == ForfeitReason.LOST_GAME
     assert _close(t, step) == ClaimStatus.UPHELD
     assert _close(t, game) == ClaimStatus.UPHELD
