@@ -67,6 +67,7 @@ class ClaimInfo(_FromAbi):
     void_child: bool
     ruled: bool
     defender_right: bool
+    reimbursed: bool
     index: int
     open_children: int
     answer_by: int
@@ -141,6 +142,13 @@ class ClaimRuled(SettlementEvent):
 
 
 @dataclass(frozen=True)
+class PathReimbursed(SettlementEvent):
+    EVENT_NAME = "PathReimbursed"
+    claim_id: bytes
+    amount: int
+
+
+@dataclass(frozen=True)
 class ClaimResolved(SettlementEvent):
     EVENT_NAME = "ClaimResolved"
     claim_id: bytes
@@ -170,7 +178,7 @@ class EquivocationSlashed(SettlementEvent):
 
 
 GAME_EVENT_TYPES = (EquivocationSlashed, GameOpened, ClaimPicked, ClaimJoined, ListPosted, ListEndorsed, EvidencePosted, ClaimRuled,
-                    ClaimResolved, BondForfeited)
+                    ClaimResolved, BondForfeited, PathReimbursed)
 
 
 def _b32(value: bytes) -> bytes:
@@ -264,5 +272,5 @@ class GameMovesV2:
 __all__ = [
     "BondForfeited", "ClaimInfo", "EquivocationSlashed", "ClaimJoined", "ClaimPicked", "ClaimResolved", "ClaimRuled", "ClaimStatus",
     "EvidencePosted", "GAME_EVENT_TYPES", "GAMES_CONTRACT_NAME", "GAS_LIMITS_GAMES", "GameMovesV2", "GameOpened",
-    "ListEndorsed", "ListPosted", "NODE", "STEP", "INTERVAL",
+    "ListEndorsed", "ListPosted", "PathReimbursed", "NODE", "STEP", "INTERVAL",
 ]

@@ -30,6 +30,7 @@ struct Claim {
     bool voidChild;
     bool ruled;
     bool defenderRight;
+    bool reimbursed;
     uint32 index;
     uint32 openChildren;
     uint64 answerBy;

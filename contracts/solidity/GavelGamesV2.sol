@@ -37,15 +37,6 @@ contract GavelGamesV2 is SeatStatementsV2 {
     uint8 internal constant STEP = 1;
     uint8 internal constant NODE = 2;
 
-    /// @notice Gas figures the bonds pre-pay at γ (protocol.economics.ESTIMATED_GAS: measured by
-    /// scripts/bench_settlement.py, rounded up; section 13). A list's fixed part:
-    uint256 public constant GAS_LIST_BASE = 110_000;
-    /// @notice Gas of one posted list entry (32 calldata bytes and a keccak leaf).
-    uint256 public constant GAS_LIST_ENTRY = 1_200;
-    /// @notice Gas of one postEvidence.
-    uint256 public constant GAS_POST_EVIDENCE = 80_000;
-    /// @notice Gas of ending a path: the node and step timeouts and resolveGame.
-    uint256 public constant GAS_RESOLVE = 320_000;
 
     /// @notice Δ, as GavelSettlementV2's MARGIN.
     uint32 public immutable MARGIN;
@@ -65,6 +56,8 @@ contract GavelGamesV2 is SeatStatementsV2 {
     event EvidencePosted(bytes32 indexed claimId, address indexed seat, bytes32 evidenceHash, uint64 ruleBy);
     /// @notice The referee ruled a node claim.
     event ClaimRuled(bytes32 indexed claimId, address indexed referee, bool defenderRight, bytes32 transcriptHash);
+    /// @notice A winning claim's author and first joiners were credited their gas at γ (`amount` in all).
+    event PathReimbursed(bytes32 indexed claimId, uint256 amount);
     /// @notice A claim ended.
     event ClaimResolved(bytes32 indexed claimId, ClaimStatus outcome);
     /// @notice A failed claim's bond was paid out: `toReferee` to the referee, `toEach` to each covering seat.
@@ -375,6 +368,8 @@ contract GavelGamesV2 is SeatStatementsV2 {
         if (claim.author == msg.sender || _joined[claimId][msg.sender]) revert GameAlreadyJoined(msg.sender);
         _joined[claimId][msg.sender] = true;
         _party[gameId][msg.sender] = true;
+        // The first MAX_JOINERS get their join gas back if the claim wins (8.3).
+        if (_joiners[claimId].length < MAX_JOINERS) _joiners[claimId].push(msg.sender);
         emit ClaimJoined(claimId, msg.sender);
     }
 
@@ -484,7 +479,7 @@ contract GavelGamesV2 is SeatStatementsV2 {
             _payBond(jobId, claimId, claim);
         } else {
             _unlock(jobId, claim.author, claim.bond);
-            if (outcome == ClaimStatus.Upheld && claim.level == NODE) _slashLosers(jobId, claim);
+            if (outcome == ClaimStatus.Upheld && claim.level == NODE) _slashLosers(jobId, claimId, claim);
         }
         if (claim.level == INTERVAL) {
             _jobs[jobId].openItems -= 1;
@@ -544,14 +539,17 @@ contract GavelGamesV2 is SeatStatementsV2 {
         return _owes(jobId, claim, account) && _seats[jobId][account].forfeit == ForfeitReason.None;
     }
 
-    /// An upheld node claim: each seat covering the node list forfeits S (LostGame); w·S of it in
-    /// three to the authors of the path's claims, none to the party that ruled; the rest burned.
-    function _slashLosers(bytes32 jobId, Claim storage claim) private {
-        Claim storage step = _claims[claim.parent];
-        Claim storage game = _claims[claim.gameId];
+    /// An upheld node claim: each seat covering the node list forfeits S (LostGame). From the
+    /// forfeited locks, in order: the path's transactions and its first joiners' joins at γ (once
+    /// per claim), w·S per seat in thirds to the authors of the interval, step and node claims
+    /// (none to the party that ruled), the rest burned.
+    function _slashLosers(bytes32 jobId, bytes32 claimId, Claim storage claim) private {
         address ruler = claim.ruled ? _jobs[jobId].client : address(0);
+        uint256 owed = _reimburse(jobId, claim.gameId, ruler) + _reimburse(jobId, claim.parent, ruler)
+            + _reimburse(jobId, claimId, ruler);
         uint256 stake = _jobs[jobId].providerStake;
         uint256 third = stake * WINNER_SHARE_BPS / BPS / 3;
+        address[3] memory finders = [_claims[claim.gameId].author, _claims[claim.parent].author, claim.author];
         address[] storage seats = _seatsOf[jobId];
         for (uint256 i; i < seats.length; ++i) {
             address account = seats[i];
@@ -559,16 +557,39 @@ contract GavelGamesV2 is SeatStatementsV2 {
             _seats[jobId][account].forfeit = ForfeitReason.LostGame;
             emit SeatForfeited(jobId, account, ForfeitReason.LostGame);
             _take(account, stake);
-            uint256 paid;
-            address[3] memory finders = [game.author, step.author, claim.author];
+            // Reimbursements first: S·(1 − w) covers them (openJob checks it).
+            uint256 paid = owed < stake ? owed : stake;
+            owed -= paid;
             for (uint256 j; j < 3; ++j) {
-                if (finders[j] == ruler) continue;
+                if (finders[j] == ruler || paid + third > stake) continue;
                 _credits[finders[j]] += third;
                 paid += third;
             }
             emit StakeSlashed(jobId, account, stake, claim.author, paid, stake - paid);
             _burn(stake - paid);
         }
+    }
+
+    /// Credits a winning claim's author its move's gas and each recorded joiner its join's, at γ,
+    /// once per claim; returns the sum (to be taken from the forfeited locks). None to the ruler.
+    function _reimburse(bytes32 jobId, bytes32 claimId, address ruler) private returns (uint256 total) {
+        Claim storage claim = _claims[claimId];
+        if (claim.reimbursed) return 0;
+        claim.reimbursed = true;
+        uint256 gamma = _gameParams[jobId].gasPriceCap;
+        uint256 moveGas = claim.level == INTERVAL ? GAS_OPEN_GAME + GAS_RESOLVE
+            : claim.level == STEP ? GAS_PICK_STEP : GAS_PICK_NODE;
+        if (claim.author != ruler) {
+            _credits[claim.author] += gamma * moveGas;
+            total += gamma * moveGas;
+        }
+        address[] storage joiners = _joiners[claimId];
+        for (uint256 i; i < joiners.length; ++i) {
+            if (joiners[i] == ruler) continue;
+            _credits[joiners[i]] += gamma * GAS_JOIN;
+            total += gamma * GAS_JOIN;
+        }
+        emit PathReimbursed(claimId, total);
     }
 
     /// A referee that let its allowance pass loses its bond, burned (the redraw of section 9 comes later).

@@ -126,6 +126,8 @@ contract GavelSettlementV2 is SettlementStorageV2 {
     error JobTooLong(uint256 seconds_);
     /// @notice The seat stake is not above S_min of section 11.
     error JobStakeBelowMinimum(uint256 stake, uint256 minimum);
+    /// @notice S·(1 − w) is below γ·(G_path + MAX_JOINERS·G_join) + f_R, what a won path is owed.
+    error JobStakeBelowReimbursements(uint256 stake, uint256 owed);
     /// @notice The deadline for this move has passed.
     error JobDeadlinePassed(uint64 deadline);
     /// @notice The move is allowed only from `notBefore` on.
@@ -215,6 +217,12 @@ contract GavelSettlementV2 is SettlementStorageV2 {
         uint256 least = _minStake(terms);
         // The stake makes a cheat the client's sampling misses lose money (section 11).
         if (terms.providerStake < least) revert JobStakeBelowMinimum(terms.providerStake, least);
+        uint256 owed = uint256(terms.gasPriceCap) * (GAS_OPEN_GAME + GAS_PICK_STEP + GAS_PICK_NODE + GAS_RESOLVE
+            + MAX_JOINERS * GAS_JOIN) + terms.refereeFee;
+        // A lost seat's S·(1 − w) pays a won path's gas and the referee fee (section 8.5).
+        if (uint256(terms.providerStake) * (BPS - WINNER_SHARE_BPS) < owed * BPS) {
+            revert JobStakeBelowReimbursements(terms.providerStake, owed);
+        }
 
         job.client = msg.sender;
         job.status = JobStatus.Open;

@@ -11,6 +11,27 @@ import {NodeRegistryV2} from "./NodeRegistryV2.sol";
 /// both inherit it, so both read and write the same slots of the one contract that holds the money.
 /// @dev Append new variables at the end only: the module and the contract must agree on every slot.
 abstract contract SettlementStorageV2 is NodeRegistryV2 {
+    /// @notice Joiners of a claim whose join gas is reimbursed when it wins (8.3).
+    uint256 public constant MAX_JOINERS = 8;
+    /// @notice Gas figures the bonds and reimbursements pay at γ (section 13, measured by
+    /// scripts/bench_settlement.py and rounded up; protocol.economics.ESTIMATED_GAS holds the same).
+    /// A list's fixed part:
+    uint256 public constant GAS_LIST_BASE = 110_000;
+    /// @notice Gas of one posted list entry (32 calldata bytes and a keccak leaf).
+    uint256 public constant GAS_LIST_ENTRY = 1_200;
+    /// @notice Gas of one postEvidence.
+    uint256 public constant GAS_POST_EVIDENCE = 80_000;
+    /// @notice Gas of ending a path: the node and step timeouts and resolveGame.
+    uint256 public constant GAS_RESOLVE = 350_000;
+    /// @notice Gas of openGame, pickStep, pickNode (a new claim) and of a join.
+    uint256 public constant GAS_OPEN_GAME = 250_000;
+    /// @notice See GAS_OPEN_GAME.
+    uint256 public constant GAS_PICK_STEP = 240_000;
+    /// @notice See GAS_OPEN_GAME.
+    uint256 public constant GAS_PICK_NODE = 210_000;
+    /// @notice See GAS_OPEN_GAME.
+    uint256 public constant GAS_JOIN = 150_000;
+
     mapping(bytes32 jobId => Job) internal _jobs;
     mapping(bytes32 jobId => address[]) internal _seatsOf;
     mapping(bytes32 jobId => mapping(address account => Seat)) internal _seats;
@@ -30,6 +51,8 @@ abstract contract SettlementStorageV2 is NodeRegistryV2 {
     mapping(bytes32 gameId => mapping(address account => bool)) internal _party;
     /// Joiners of a claim.
     mapping(bytes32 claimId => mapping(address account => bool)) internal _joined;
+    /// Its first MAX_JOINERS joiners, in order (reimbursed when it wins).
+    mapping(bytes32 claimId => address[]) internal _joiners;
 
     constructor(uint64 unbondingDelay, uint256 minNodeStake, uint16 winnerShareBps)
         NodeRegistryV2(unbondingDelay, minNodeStake, winnerShareBps)

@@ -8,7 +8,7 @@ from eth_utils import keccak
 
 from contracts.settlement_v2 import ForfeitReason, SeatForfeited
 from contracts.settlement_v2_games import ClaimJoined, ClaimResolved, ClaimStatus
-from protocol.economics import bonds
+from protocol.economics import ESTIMATED_GAS, bonds
 
 from .game_world_v2 import CHEAT, EVERY, REFEREE_FEE, TRUTH, WRONG_NODE, WRONG_STEP, GameTable, holdings, register_auditors
 from .settlement_world import WINNER_SHARE_BPS
@@ -17,6 +17,10 @@ from .settlement_world_v2 import PRICE, PROVIDER_STAKE
 pytestmark = pytest.mark.settlement
 
 S = PROVIDER_STAKE
+GAMMA = 10**9  # the terms' gas price cap
+# What a won path pays back at γ (GavelGamesV2's constants, protocol.economics.ESTIMATED_GAS)
+OPEN_AND_RESOLVE, PICK_STEP, PICK_NODE, JOIN = (ESTIMATED_GAS.open_game + ESTIMATED_GAS.resolve,
+                                                ESTIMATED_GAS.pick_step, ESTIMATED_GAS.pick_node, ESTIMATED_GAS.join)
 C_BAD, S_BAD = (WRONG_STEP - 1) // EVERY, (WRONG_STEP - 1) % EVERY + 1  # the cheated interval and its step
 
 
@@ -68,7 +72,8 @@ def test_a_cheated_root_is_upheld_the_finder_gains_and_the_cheater_loses_its_sta
     assert _close(t, game) == ClaimStatus.UPHELD
     _settle(t)
     finder = S * WINNER_SHARE_BPS // 10_000 // 3 * 3  # all three claims are the auditor's
-    assert holdings(w, auditor) == before[auditor] + finder
+    gas_back = GAMMA * (OPEN_AND_RESOLVE + PICK_STEP + PICK_NODE)
+    assert holdings(w, auditor) == before[auditor] + finder + gas_back
     assert holdings(w, cheater) == before[cheater] - S
     assert holdings(w, honest) >= before[honest] + PRICE // 2
     assert holdings(w, w.client) == before[w.client] + PRICE - PRICE // 2  # the cheater's pay back
@@ -128,6 +133,7 @@ def test_many_challengers_meet_in_one_game_and_each_honest_one_ends_with_at_leas
     game = t.open_game(first, cheater, C_BAD)
     joined = w.as_(second).open_game(t.jid, t.root(cheater), C_BAD)
     assert joined.one(ClaimJoined).claim_id == game
+    assert joined.gas_used <= JOIN  # the reimbursement covers the join
     t.post_steps(cheater, game, C_BAD)
     step = t.pick_step(second, game, cheater, C_BAD, S_BAD)  # the second picks first this time
     same = w.as_(first).pick_step(game, t.steps_root(cheater, C_BAD), S_BAD)
@@ -141,8 +147,9 @@ def test_many_challengers_meet_in_one_game_and_each_honest_one_ends_with_at_leas
         assert _close(t, claim) == ClaimStatus.UPHELD
     _settle(t)
     third = S * WINNER_SHARE_BPS // 10_000 // 3
-    assert holdings(w, first) == before[first] + 2 * third   # interval and node claims
-    assert holdings(w, second) == before[second] + third     # the step claim
+    # first: the interval and node claims, a join of the step claim; second: the step claim, two joins
+    assert holdings(w, first) == before[first] + 2 * third + GAMMA * (OPEN_AND_RESOLVE + PICK_NODE + JOIN)
+    assert holdings(w, second) == before[second] + third + GAMMA * (PICK_STEP + 2 * JOIN)
     assert w.settlement.seat(t.jid, honest).status == 4      # PAID
 
 

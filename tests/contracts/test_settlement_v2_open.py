@@ -121,6 +121,26 @@ def test_the_stake_must_be_strictly_above_s_min(cast_v2):
     w.open_job(provider_stake=least)
 
 
+def test_the_stake_must_cover_a_won_paths_reimbursements(cast_v2):
+    """S·(1 − w) ≥ γ·(G_path + MAX_JOINERS·G_join) + f_R, as protocol.economics checks it."""
+    w = cast_v2
+    settings = w.settlement.chain_settings()
+    g = economics.ESTIMATED_GAS
+    stake = 10 * ETHER
+    # The largest γ the stake covers: S·(1 − w) = γ·gas + f_R exactly.
+    gas = g.path + economics.MAX_JOINERS * g.join
+    gamma = (stake * (10_000 - settings.winner_share_bps) // 10_000) // gas
+    fee = stake * (10_000 - settings.winner_share_bps) // 10_000 - gamma * gas
+    covered = w.terms(provider_stake=stake, gas_price_cap=gamma, referee_fee=fee)
+    assert economics.stake_covers_reimbursements(covered.economic_terms(), settings)
+    short = w.terms(nonce=2, provider_stake=stake, gas_price_cap=gamma, referee_fee=fee + 1)
+    assert not economics.stake_covers_reimbursements(short.economic_terms(), settings)
+    with reverts("JobStakeBelowReimbursements", stake=stake, owed=gamma * gas + fee + 1):
+        w.open_job(nonce=2, provider_stake=stake, gas_price_cap=gamma, referee_fee=fee + 1)
+    w.as_(w.client).add_stake(10 * ETHER)  # the referee bond grows with S
+    w.open_job(provider_stake=stake, gas_price_cap=gamma, referee_fee=fee)
+
+
 TERMS_CASES = [
     dict(),
     dict(steps=8, checkpoint_every=1, providers_wanted=1, price=ETHER, catch_bps=5_000),

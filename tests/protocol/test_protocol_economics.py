@@ -189,7 +189,8 @@ def test_gas_figures_cover_section_13s_measurements():
         assert steps_gas <= ESTIMATED_GAS.post_steps(k) <= 1.2 * steps_gas
         assert nodes_gas <= ESTIMATED_GAS.post_nodes(n) <= 1.2 * nodes_gas
     assert (ESTIMATED_GAS.open_game, ESTIMATED_GAS.pick_step, ESTIMATED_GAS.pick_node) >= (247_086, 238_784, 209_810)
-    assert ESTIMATED_GAS.post_evidence >= 74_621 and ESTIMATED_GAS.resolve >= 168_037 + 79_502 + 65_343
+    assert ESTIMATED_GAS.post_evidence >= 74_621 and ESTIMATED_GAS.resolve >= 190_091 + 79_569 + 65_430
+    assert ESTIMATED_GAS.join >= 143_378
 
 
 def test_the_stake_must_cover_a_won_games_reimbursements():
