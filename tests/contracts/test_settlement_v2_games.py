@@ -7,11 +7,12 @@ import pytest
 from eth_utils import keccak
 
 from contracts.settlement_v2 import ForfeitReason, SeatForfeited
-from contracts.settlement_v2_games import ClaimJoined, ClaimResolved, ClaimStatus
+from contracts.settlement_v2_games import ClaimJoined, ClaimPicked, ClaimResolved, ClaimStatus
 from protocol.economics import ESTIMATED_GAS, bonds
+from protocol.listtree import ListTree, list_root
 
 from .game_world_v2 import CHEAT, EVERY, REFEREE_FEE, TRUTH, WRONG_NODE, WRONG_STEP, GameTable, holdings, register_auditors
-from .settlement_world import WINNER_SHARE_BPS
+from .settlement_world import WINNER_SHARE_BPS, reverts
 from .settlement_world_v2 import PRICE, PROVIDER_STAKE
 
 pytestmark = pytest.mark.settlement
@@ -165,7 +166,6 @@ def test_a_client_that_referees_cannot_rule_a_game_it_picked_in(cast_v2):
     t.post_nodes(cheater, step, C_BAD, S_BAD)
     node = t.pick_node(w.client, step, cheater, WRONG_STEP, WRONG_NODE)
     t.post_evidence(cheater, node)
-    from .settlement_world import reverts
     with reverts("GameRefereeIsParty", account=w.client):
         w.as_(w.client).rule(node, False, keccak(b"transcript"))
     # No referee can rule yet (the draw of section 9 comes later): the claim voids, bonds back,
@@ -228,3 +228,33 @@ def test_seat_forfeits_of_the_game_are_the_seat_forfeited_events(cast_v2):
     result = w.as_(w.keeper).resolve_game(game)
     assert result.one(SeatForfeited) == SeatForfeited(t.jid, cheater, ForfeitReason.SILENT_DEFENDER)
     assert result.one(ClaimResolved) == ClaimResolved(game, ClaimStatus.UPHELD)
+
+
+def test_a_co_defender_that_posts_a_wrong_node_list_sinks_only_itself(cast_v2):
+    """Two seats with one (honest) root; one posts a wrong node list under it. The claim on that
+    list is upheld: its poster loses S, the seat that posted its own right list keeps its pay."""
+    w = cast_v2
+    auditor, _ = register_auditors(w)
+    honest, saboteur = w.providers[:2]
+    t = GameTable(w, (TRUTH, TRUTH))
+    before = {x: holdings(w, x) for x in (auditor, honest, saboteur)}
+    game = t.open_game(auditor, honest, 0)
+    t.post_steps(honest, game, 0)
+    w.as_(saboteur).endorse(game, t.steps_root(honest, 0))
+    step = t.pick_step(auditor, game, honest, 0, 1)
+    t.post_nodes(honest, step, 0, 1)
+    wrong = TRUTH.nodes(1)
+    wrong[0] = keccak(b"a wrong node output")
+    w.as_(saboteur).post_nodes(step, wrong, ListTree(TRUTH.steps(0)).proof(1).siblings)
+    node = w.as_(auditor).pick_node(step, list_root(wrong), 0).one(ClaimPicked).claim_id
+    w.as_(saboteur).post_evidence(node, keccak(b"the saboteur's evidence"))
+    w.as_(w.client).rule(node, False, keccak(b"transcript"))
+    assert _close(t, node) == ClaimStatus.UPHELD
+    assert _close(t, step) == ClaimStatus.UPHELD
+    assert _close(t, game) == ClaimStatus.UPHELD
+    _settle(t)
+    assert w.settlement.seat(t.jid, saboteur).forfeit == ForfeitReason.LOST_GAME
+    assert w.settlement.seat(t.jid, honest).forfeit == ForfeitReason.NONE
+    assert holdings(w, saboteur) == before[saboteur] - S
+    assert holdings(w, honest) == before[honest] + PRICE // 2
+    assert holdings(w, auditor) > before[auditor]
