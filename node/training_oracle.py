@@ -74,7 +74,10 @@ def schedule_of(training: TrainingProgram) -> CheckpointSchedule:
 
 
 def protocol_program(training: TrainingProgram) -> Program:
-    """The committed step program: the traced step graph's nodes and state outputs."""
+    """The committed step program: the traced step graph's nodes and state outputs (a
+    program without a step graph, a rounding-log job's, gives its own)."""
+    if hasattr(training, "protocol_program"):
+        return training.protocol_program()
     return Program.from_step_graph(training.graph)
 
 

@@ -28,7 +28,7 @@ from ..streams import RequestRefused
 from .chain import ETHER, chain_failures, format_ether
 from .context import RoleContext
 from .client_result import fetch_result, settle_result, standing_reports, write_summary
-from .jobfiles import JOB_FILE, encode_bundle, install_job, job_dir, load_training, prepare_bundle
+from .jobfiles import JOB_FILE, BundleError, bundle_of_file, encode_bundle, install_job, job_dir, load_training
 from .job_protocols import (
     JOB_LIMITS, JOB_PROTOCOL, TOPIC_JOBS, TOPIC_PROVIDERS, Advert, Challenge, JobAnnouncement, Offer,
     TraceReport, trace_request,
@@ -37,7 +37,7 @@ from .provider import _chain_error, withdraw_credit
 from .client_job import (
     DONE_STATES, ENDED_FINALIZED, ENDED_REFUNDED, ENDED_UNFILLED, HANDED, JOB_FINALIZED, JOB_MISSING, JOB_OPENED,
     JOB_REFUNDED, OPENED, REPORTS_IN, RESULT_CHECKED, SEATS_FILLED, SEATS_UNFILLED, SUBMITTED, UNFILLED, VERIFIED,
-    VERIFYING, ClientJob, Phase, default_windows, ended, estimate_step_seconds, phase_of, verified_summary,
+    VERIFYING, ClientJob, Phase, default_windows, ended, phase_of, step_seconds, verified_summary,
 )
 from .referee import RefereedJob, RefereeDuty
 
@@ -146,23 +146,20 @@ class ClientRole:
         """Open the job on chain and hand it to providers; returns its id once they took it.
         The rest (results, disputes, settlement) goes on in the background: `wait`.
         ``on_open`` is called with the job as soon as its deadlines are fixed (to follow it)."""
-        from repops_cupy.jobspec import JobSpecError, load_job
-
         from ..training_oracle import job_terms
 
         ctx = self.ctx
         chain = await ctx.wait_chain()
         await self.ready.wait()
         try:
-            spec = await trio.to_thread.run_sync(load_job, job_file)
-        except JobSpecError as error:
+            toml_text, files = await trio.to_thread.run_sync(bundle_of_file, Path(job_file))
+        except BundleError as error:
             raise LocalError(str(error)) from None
-        toml_text, files = prepare_bundle(spec)
         file_ids = {name: await ctx.blobs.store.put_file(path) for name, path in files.items()}
         bundle = await ctx.blobs.store.put(encode_bundle(toml_text, file_ids))
         training = await trio.to_thread.run_sync(load_training, Path(job_file))
         try:
-            settings = options.job_settings(training.spec.steps * estimate_step_seconds(training.graph))
+            settings = options.job_settings(training.spec.steps * step_seconds(training))
         except LocalProtocolError as error:
             raise LocalError(str(error)) from None
         options = replace(options, **{name: getattr(settings, name) for name in CLIENT_SETTINGS})

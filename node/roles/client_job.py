@@ -131,10 +131,18 @@ def estimate_step_seconds(graph: Any) -> float:
             + STEP_SECONDS_PER_ELEMENT * elements)
 
 
+def step_seconds(training: Any) -> float:
+    """An upper estimate of one step's seconds: from the step graph, or the program's own
+    (a rounding-log job has no graph)."""
+    if hasattr(training, "step_seconds"):
+        return training.step_seconds()
+    return estimate_step_seconds(training.graph)
+
+
 def default_windows(training: Any) -> dict[str, float]:
     """The accept, commit and challenge windows (seconds) of a job, when not given: the
     table's accept window; the commit and challenge windows sized for the job's estimated work."""
-    sized = DEFAULT_JOB_SETTINGS.sized_for(training.spec.steps * estimate_step_seconds(training.graph))
+    sized = DEFAULT_JOB_SETTINGS.sized_for(training.spec.steps * step_seconds(training))
     return {name: getattr(sized, name) for name in ("accept_within", "commit_within", "challenge_within")}
 
 
@@ -206,4 +214,4 @@ def ended(state: str, record: dict) -> str:
     return ENDED_FAILED
 
 
-__all__ = ["ClientJob", "JOB_LIFE", "Phase", "default_windows", "ended", "estimate_step_seconds", "phase_of", "verified_summary"]
+__all__ = ["ClientJob", "JOB_LIFE", "Phase", "default_windows", "ended", "estimate_step_seconds", "phase_of", "step_seconds", "verified_summary"]

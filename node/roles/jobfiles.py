@@ -28,7 +28,7 @@ BUNDLE_FORMAT = "gavel-job/1"
 JOB_FILE = "job.toml"
 RUN_DIR = "run"
 MAX_BUNDLE = 1 << 20
-_FILE_NAME = re.compile(r"^((data|labels)(\.[a-z0-9]{1,8})?|tokenizer\.json|init\.safetensors)$")
+_FILE_NAME = re.compile(r"^((data|labels)(\.[a-z0-9]{1,8})?|tokenizer\.json|init\.safetensors|model\.py)$")
 TOKENIZER_FILE, INIT_FILE = "tokenizer.json", "init.safetensors"
 
 
@@ -119,6 +119,21 @@ def _local_data_files(spec: Any) -> dict[str, Path]:
     return files
 
 
+def bundle_of_file(job_file: Path) -> tuple[str, dict[str, Path]]:
+    """The bundle's TOML and local files of a job file (a rounding-log job ships its model
+    code); raises BundleError on a job that cannot travel."""
+    from repops_cupy.jobspec import JobSpecError, load_job
+
+    from .roundlog_jobs import RoundLogBundleError, is_roundlog_file, prepare_roundlog_bundle
+
+    try:
+        if is_roundlog_file(job_file):
+            return prepare_roundlog_bundle(job_file)
+        return prepare_bundle(load_job(job_file))
+    except (JobSpecError, RoundLogBundleError) as error:
+        raise BundleError(str(error)) from None
+
+
 def prepare_bundle(spec: Any) -> tuple[str, dict[str, Path]]:
     """The bundle's TOML and the local files to ship with it."""
     files = _local_data_files(spec)
@@ -174,8 +189,16 @@ def load_training(job_file: Path) -> Any:
     """The `TrainingProgram` of a job file, its step graph traced (seconds: run it in a thread)."""
     from repops_cupy.data import DataError
     from repops_cupy.jobspec import JobSpecError, load_job
+    from repops_cupy.roundlog.roundlog_job import RoundLogJobError
     from repops_cupy.train import TrainingError, TrainingProgram
 
+    from .roundlog_jobs import RoundLogBundleError, RoundLogProgram, is_roundlog_file
+
+    if is_roundlog_file(job_file):
+        try:
+            return RoundLogProgram(job_file)
+        except (RoundLogJobError, RoundLogBundleError, OSError) as error:
+            raise BundleError(f"the job does not load: {error}") from None
     try:
         training = TrainingProgram(load_job(job_file))
         training.graph

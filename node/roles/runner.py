@@ -43,6 +43,7 @@ from repops_cupy.train import TRACE_FILE, Trace, TrainingError, checkpoint_file,
 from ..errors import LocalError
 from ..threads import kernel_threads, limit_kernel_threads
 from ..training_oracle import CheatContext, StageTimer, TrainingOracle, schedule_of
+from .roundlog_jobs import RoundLogProgram, train_roundlog_run
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +148,12 @@ class JobRun:
         if resume:
             log.info("job %s: resuming its training run from the last checkpoint", self.job_id.hex()[:12])
         try:
-            trace = train(self.training.spec, self.run_dir, resume=resume, device=self.device, on_step=on_step,
-                          program=self.training, workers=self.workers,
-                          threads=max(1, kernel_threads() // self.workers))
+            if isinstance(self.training, RoundLogProgram):
+                trace = train_roundlog_run(self.training, self.run_dir, on_step=on_step)
+            else:
+                trace = train(self.training.spec, self.run_dir, resume=resume, device=self.device, on_step=on_step,
+                              program=self.training, workers=self.workers,
+                              threads=max(1, kernel_threads() // self.workers))
         except (TrainingError, CheckpointError) as error:  # a damaged or foreign run directory
             raise RunFailed(str(error)) from None
         if len(trace.checkpoints) != self.schedule.checkpoints:

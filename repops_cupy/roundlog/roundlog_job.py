@@ -3,7 +3,9 @@
 Spec (the tables of the project's job files; ``[model] kind = "torch-roundlog"``)::
 
     [job]        name, seed, steps, batch_size, checkpoint_interval
-    [model]      kind = "torch-roundlog", module = "pkg.mod:Class"
+    [model]      kind = "torch-roundlog", module = "pkg.mod:Class", optional source = "file.py"
+                 (the class is then loaded from that file, not imported: a job bundle
+                 carries the model's code this way)
     [model.args] constructor keyword arguments
     [data]       kind = "synthetic-images" | "synthetic-tokens" | "text", and its fields
     [optimizer]  kind = "sgd" | "adamw", lr, momentum | beta1, beta2, eps, weight_decay,
@@ -74,6 +76,10 @@ class Job:
         self.batch_size = int(_need(job, "job", "batch_size"))
         self.checkpoint_interval = int(_need(job, "job", "checkpoint_interval"))
         self.module = str(_need(model, "model", "module"))
+        source = model.get("source")
+        if source is not None and (not isinstance(source, str) or not source):
+            raise RoundLogJobError(f"model.source: must be a file name, got {source!r}")
+        self.source = Path(raw.get("_base_dir", ".")) / source if source else None
         self.model_args = dict(model.get("args", {}))
         self.data = self._data(dict(data), raw.get("_base_dir", "."))
         if "vocab" in self.model_args and getattr(self.data, "vocab", None) not in (None, self.model_args["vocab"]):
@@ -114,9 +120,11 @@ class Job:
     def model_factory(self):
         mod_name, _, cls_name = self.module.partition(":")
         try:
-            cls = getattr(importlib.import_module(mod_name), cls_name)
-        except (ImportError, AttributeError) as exc:
-            raise RoundLogJobError(f"model.module: cannot load {self.module!r}: {exc}") from None
+            module = importlib.import_module(mod_name) if self.source is None else _load_source(self.source)
+            cls = getattr(module, cls_name)
+        except Exception as exc:  # noqa: BLE001 - a model file may fail in any way while it loads
+            where = f" from {self.source.name}" if self.source is not None else ""
+            raise RoundLogJobError(f"model.module: cannot load {self.module!r}{where}: {exc}") from None
         seed, args = self.seed, self.model_args
 
         def build() -> torch.nn.Module:
@@ -131,6 +139,28 @@ class Job:
     def checkpoint_steps(self) -> list[int]:
         steps = list(range(0, self.steps + 1, self.checkpoint_interval))
         return steps if steps[-1] == self.steps else steps + [self.steps]
+
+
+def _load_source(path: Path):
+    """The module of a model source file, under a name derived from its bytes (two jobs'
+    files of the same name never share a module)."""
+    import hashlib
+    import importlib.util
+    import sys
+
+    code = path.read_bytes()
+    name = f"gavel_roundlog_model_{hashlib.sha256(code).hexdigest()[:16]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before exec: dataclasses and pickling look their module up
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def _ckpt(out: Path, step: int) -> Path:

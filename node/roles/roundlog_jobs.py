@@ -1,0 +1,269 @@
+"""Rounding-log jobs (``[model] kind = "torch-roundlog"``) as network jobs.
+
+`RoundLogProgram` gives such a job the face of a `repops_cupy.train.TrainingProgram`
+that the roles use: ``spec``, ``identity()``, ``dataset.root()``, ``initial_state()``,
+``run_step(state)``, ``batch(step)``. Its state is the rounding-log trainer's named
+state plus the leaf ``roundlog.log`` holding the step's rounding-log bytes, so the
+project's `state_hash` of it is the trainer's own state hash
+(`repops_cupy.hashing.roundlog_state_hash`), and checkpoints are the project's files.
+
+The model's code travels in the bundle as ``model.py`` (the client ships the file its
+job names, by ``model.source`` or, failing that, the module's own file) and the class
+is loaded from that file only: the job's identity (the terms' config hash) and its
+one-entry committed program both hash the file's bytes, so a provider cannot run other
+code under these terms, and a class the bundled file does not define is refused when
+the job loads.
+
+Data: the synthetic kinds only; a ``text`` job would need its file in the bundle (not
+yet done), and is refused with that reason.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import threading
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import blake3
+import numpy as np
+
+from protocol import NodeSpec, Program
+
+MODEL_FILE = "model.py"
+STEP_OP = "torch-roundlog-step"
+NETWORK_DATA = ("synthetic-images", "synthetic-tokens")
+STEP_SECONDS = 0.5  # an upper estimate for the windows: a small torch model's float64 step with rounding
+
+
+class RoundLogBundleError(ValueError):
+    """A rounding-log job file that cannot travel (no model file, data that is not bundled)."""
+
+
+def is_roundlog_file(job_file: Path) -> bool:
+    from repops_cupy.roundlog.roundlog_job import MODEL_KIND
+
+    try:
+        raw = tomllib.loads(Path(job_file).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    return isinstance(raw.get("model"), dict) and raw["model"].get("kind") == MODEL_KIND
+
+
+# -- the bundle ------------------------------------------------------------------------
+
+
+def _toml_tables(prefix: str, table: dict, toml_value: Callable[[Any], str]) -> list[str]:
+    scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    lines = [f"[{prefix}]"] + [f"{json.dumps(k)} = {toml_value(v)}" for k, v in scalars.items()] + [""]
+    for key, sub in table.items():
+        if isinstance(sub, dict):
+            lines += _toml_tables(f"{prefix}.{json.dumps(key)}", sub, toml_value)
+    return lines
+
+
+def model_source_file(raw: dict, base_dir: Path) -> Path:
+    """The local file of a job's model code: ``model.source``, else the module's own file."""
+    model = raw["model"]
+    if model.get("source"):
+        return base_dir / str(model["source"])
+    module = str(model.get("module", "")).partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module) if module else None
+    except (ImportError, ValueError):
+        found = None
+    if found is None or not found.origin or not found.origin.endswith(".py"):
+        raise RoundLogBundleError(f"model.module: no Python file for {module!r} to ship with the job "
+                                  "(name it with model.source)")
+    return Path(found.origin)
+
+
+def prepare_roundlog_bundle(job_file: Path) -> tuple[str, dict[str, Path]]:
+    """The bundle's TOML (its model code named ``model.py``) and the local files to ship."""
+    from .jobfiles import _toml
+
+    job_file = Path(job_file)
+    raw = tomllib.loads(job_file.read_text())
+    kind = raw.get("data", {}).get("kind")
+    if kind not in NETWORK_DATA:
+        raise RoundLogBundleError(f"data.kind: a rounding-log job goes through the network with "
+                                  f"{' or '.join(NETWORK_DATA)} data, not {kind!r} (its file is not bundled yet)")
+    source = model_source_file(raw, job_file.resolve().parent)
+    if not source.is_file():
+        raise RoundLogBundleError(f"model.source: {source} is not a file")
+    raw["model"]["source"] = MODEL_FILE
+    lines: list[str] = []
+    for name, table in raw.items():
+        if not isinstance(table, dict):
+            raise RoundLogBundleError(f"{name}: a rounding-log job file has only tables at its top level")
+        lines += _toml_tables(json.dumps(name), table, _toml)
+    return "\n".join(lines), {MODEL_FILE: source}
+
+
+# -- the program -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundLogSpec:
+    name: str
+    seed: int
+    steps: int
+    batch_size: int
+    checkpoint_interval: int
+
+
+class _DataRoot:
+    """The data's commitment: synthetic data is a function of its table and the job's seed."""
+
+    def __init__(self, table: dict, seed: int, batch_size: int) -> None:
+        text = json.dumps({"data": table, "seed": seed, "batch_size": batch_size}, sort_keys=True)
+        self._root = blake3.blake3(b"gavel/roundlog-data/v1\0" + text.encode()).digest()
+
+    def root(self) -> bytes:
+        return self._root
+
+
+@dataclass
+class RoundLogOutcome:
+    state: dict[str, Any]
+    loss: float
+    node_hashes: list[bytes] | None = None
+
+
+class RoundLogProgram:
+    """A rounding-log job file loaded for training, replay and the terms check."""
+
+    def __init__(self, job_file: Path) -> None:
+        from repops_cupy.roundlog.roundlog_job import Job
+
+        job_file = Path(job_file)
+        self.job = Job(job_file)  # RoundLogJobError: the caller reports it
+        source = self.job.source or model_source_file(self.job.raw, job_file.resolve().parent)
+        self.model_code = source.read_bytes()
+        self.model_factory = self.job.model_factory()  # loads the class now: a bad file is refused here
+        j = self.job
+        self.spec = RoundLogSpec(j.name, j.seed, j.steps, j.batch_size, j.checkpoint_interval)
+        self.dataset = _DataRoot(j.raw["data"], j.seed, j.batch_size)
+        # where the model file lies differs between the client's file and the bundle: its bytes count
+        self._raw = {k: v for k, v in j.raw.items() if k != "_base_dir"}
+        self._raw["model"] = {k: v for k, v in self._raw["model"].items() if k != "source"}
+        self._lock = threading.Lock()
+        self._trainer: Any = None
+        self._current: dict[str, Any] | None = None  # the state the trainer holds
+
+    def model_hash(self) -> bytes:
+        return blake3.blake3(b"gavel/roundlog-model/v1\0" + self.model_code).digest()
+
+    def identity(self) -> bytes:
+        """Commits to the job's bits: the whole spec, the model's code, the data."""
+        h = blake3.blake3(b"gavel/roundlog-program/v1\0")
+        h.update(json.dumps(self._raw, sort_keys=True).encode() + b"\0")
+        h.update(self.model_hash())
+        h.update(self.dataset.root())
+        return h.digest()
+
+    def protocol_program(self) -> Program:
+        """One node per state tensor (leaves) and one step node naming the job and its code:
+        a rounding-log step is not a graph of registered operators, so its program only binds
+        what runs; a dispute inside a step is `protocol.roundlog_dispute`'s."""
+        names = sorted(self.initial_state(), key=lambda n: n.encode())
+        leaves = [NodeSpec("leaf", {"name": n, "role": "state"}, ()) for n in names]
+        step = NodeSpec(STEP_OP, {"identity": self.identity().hex(), "model": self.model_hash().hex()},
+                        tuple(range(len(leaves))))
+        out = dict.fromkeys(names, len(leaves))
+        return Program(leaves + [step], out)
+
+    def step_seconds(self) -> float:
+        return STEP_SECONDS
+
+    # -- running -----------------------------------------------------------------------
+
+    def _new_trainer(self) -> Any:
+        from repops_cupy.roundlog.trainer import RoundLogTrainer
+
+        j = self.job
+        return RoundLogTrainer(self.model_factory, j.optimizer, j.data, j.config(), seed=j.seed)
+
+    def initial_state(self) -> dict[str, Any]:
+        return self._new_trainer().named_state()
+
+    def batch(self, step: int) -> dict[str, np.ndarray]:
+        x, y = self.job.data.batch(step + 1)  # training step `step` is rounding-log step step + 1
+        return {"batch/x": x.numpy(), "batch/y": y.numpy()}
+
+    def run_step(self, state: dict[str, Any], **_: Any) -> RoundLogOutcome:
+        """The next step from ``state``; the state after it carries its rounding log."""
+        from repops_cupy.hashing import LOG_LEAF
+
+        with self._lock:
+            trainer = self._trainer_at(state)
+            _, log = trainer.step(trainer.step_done + 1)
+            after = trainer.named_state()
+            after[LOG_LEAF] = np.frombuffer(log, dtype=np.uint8).copy()
+            self._current = after
+            return RoundLogOutcome(after, trainer.last_loss)
+
+    def _trainer_at(self, state: dict[str, Any]) -> Any:
+        import torch
+
+        from repops_cupy.hashing import LOG_LEAF, log_digest
+
+        if self._trainer is not None and state is self._current:
+            return self._trainer
+        trainer = self._trainer or self._new_trainer()
+        tensors = {k: np.asarray(v) for k, v in state.items()}
+        with torch.no_grad():
+            for n, p in trainer.model.named_parameters():
+                p.copy_(torch.from_numpy(tensors[f"param.{n}"]).to(p.dtype))
+            for n, b in trainer.model.named_buffers():
+                b.copy_(torch.from_numpy(tensors[f"buffer.{n}"]).to(b.dtype))
+        trainer.optimizer.load_named_state({k: torch.from_numpy(v.copy()) for k, v in tensors.items()
+                                            if k.startswith("optim.")})
+        trainer.step_done = int(tensors["data.step"])
+        log = tensors.get(LOG_LEAF)
+        trainer.last_log_hash = log_digest(log.tobytes()) if log is not None else None
+        self._trainer = trainer
+        return trainer
+
+
+def train_roundlog_run(program: RoundLogProgram, run_dir: Path, *, on_step: Callable[[int, float], None]) -> Any:
+    """Train the job into ``run_dir`` as `repops_cupy.train.train` does (its checkpoint files
+    and trace.json), resuming from the last checkpoint of an earlier run of the same job."""
+    from repops_cupy.checkpoint import load_checkpoint, save_checkpoint
+    from repops_cupy.train import TRACE_FILE, Trace, TrainingError, checkpoint_file, checkpoint_steps
+
+    spec = program.spec
+    identity = program.identity().hex()
+    grid = checkpoint_steps(spec.steps, spec.checkpoint_interval)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trace = Trace(spec.name, identity, spec.steps, spec.checkpoint_interval)
+    state = None
+    if (run_dir / TRACE_FILE).exists():
+        old = Trace.load(run_dir / TRACE_FILE)
+        if old.identity != identity:
+            raise TrainingError(f"{run_dir} holds a different job")
+        if old.checkpoints:
+            last = old.checkpoints[-1]
+            state, step, digest = load_checkpoint(run_dir / last["file"])
+            if digest.hex() != last["state_hash"] or step != last["step"]:
+                raise TrainingError(f"{last['file']} does not match the trace")
+            trace.checkpoints, trace.losses = list(old.checkpoints), old.losses[:step]
+    if state is None:
+        state = program.initial_state()
+        digest = save_checkpoint(run_dir / checkpoint_file(0), state, step=0)
+        trace.checkpoints = [{"index": 0, "step": 0, "state_hash": digest.hex(), "file": checkpoint_file(0)}]
+        trace.save(run_dir)
+    for done in range(int(state["data.step"]) + 1, spec.steps + 1):
+        outcome = program.run_step(state)
+        state = outcome.state
+        trace.losses.append(outcome.loss)
+        if done in grid:
+            digest = save_checkpoint(run_dir / checkpoint_file(done), state, step=done)
+            trace.checkpoints.append({"index": len(trace.checkpoints), "step": done, "state_hash": digest.hex(),
+                                      "file": checkpoint_file(done)})
+            trace.save(run_dir)
+        on_step(done, outcome.loss)
+    trace.save(run_dir)
+    return trace
