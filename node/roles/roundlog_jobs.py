@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import blake3
 import numpy as np
 
 from protocol import NodeSpec, Program
@@ -36,6 +35,12 @@ MODEL_FILE = "model.py"
 STEP_OP = "torch-roundlog-step"
 NETWORK_DATA = ("synthetic-images", "synthetic-tokens")
 STEP_SECONDS = 0.5  # an upper estimate for the windows: a small torch model's float64 step with rounding
+
+
+def _bytes_hash(data: bytes) -> bytes:
+    from repops_cupy.hashing import hash_tensor
+
+    return hash_tensor(np.frombuffer(data, dtype=np.uint8))
 
 
 class RoundLogBundleError(ValueError):
@@ -53,6 +58,17 @@ def is_roundlog_file(job_file: Path) -> bool:
 
 
 # -- the bundle ------------------------------------------------------------------------
+
+
+def _toml_value(value: Any) -> str:
+    """A TOML value (JSON's forms of these are TOML's too)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return repr(value) if isinstance(value, (int, float)) else json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise RoundLogBundleError(f"cannot write {value!r} to TOML")
 
 
 def _toml_tables(prefix: str, table: dict, toml_value: Callable[[Any], str]) -> list[str]:
@@ -82,8 +98,6 @@ def model_source_file(raw: dict, base_dir: Path) -> Path:
 
 def prepare_roundlog_bundle(job_file: Path) -> tuple[str, dict[str, Path]]:
     """The bundle's TOML (its model code named ``model.py``) and the local files to ship."""
-    from .jobfiles import _toml
-
     job_file = Path(job_file)
     raw = tomllib.loads(job_file.read_text())
     kind = raw.get("data", {}).get("kind")
@@ -98,7 +112,7 @@ def prepare_roundlog_bundle(job_file: Path) -> tuple[str, dict[str, Path]]:
     for name, table in raw.items():
         if not isinstance(table, dict):
             raise RoundLogBundleError(f"{name}: a rounding-log job file has only tables at its top level")
-        lines += _toml_tables(json.dumps(name), table, _toml)
+        lines += _toml_tables(json.dumps(name), table, _toml_value)
     return "\n".join(lines), {MODEL_FILE: source}
 
 
@@ -119,7 +133,7 @@ class _DataRoot:
 
     def __init__(self, table: dict, seed: int, batch_size: int) -> None:
         text = json.dumps({"data": table, "seed": seed, "batch_size": batch_size}, sort_keys=True)
-        self._root = blake3.blake3(b"gavel/roundlog-data/v1\0" + text.encode()).digest()
+        self._root = _bytes_hash(b"gavel/roundlog-data/v1\0" + text.encode())
 
     def root(self) -> bytes:
         return self._root
@@ -154,15 +168,15 @@ class RoundLogProgram:
         self._current: dict[str, Any] | None = None  # the state the trainer holds
 
     def model_hash(self) -> bytes:
-        return blake3.blake3(b"gavel/roundlog-model/v1\0" + self.model_code).digest()
+        return _bytes_hash(self.model_code)
 
     def identity(self) -> bytes:
         """Commits to the job's bits: the whole spec, the model's code, the data."""
-        h = blake3.blake3(b"gavel/roundlog-program/v1\0")
-        h.update(json.dumps(self._raw, sort_keys=True).encode() + b"\0")
-        h.update(self.model_hash())
-        h.update(self.dataset.root())
-        return h.digest()
+        from repops_cupy.hashing import state_root
+
+        spec = _bytes_hash(json.dumps(self._raw, sort_keys=True).encode())
+        return state_root({"roundlog-program/v1.spec": spec, "roundlog-program/v1.model": self.model_hash(),
+                           "roundlog-program/v1.data": self.dataset.root()})
 
     def protocol_program(self) -> Program:
         """One node per state tensor (leaves) and one step node naming the job and its code:
