@@ -425,6 +425,34 @@ def stall(ctx: CheatContext) -> Cheat:
                  f"{what}; stops answering after {answered} move(s)", rewrite)
 
 
+class PerturbedRoundLogWeight(TrainingOracle):
+    """A rounding-log job's run (no step graph: each step is the job's own) where one bit of one
+    weight flips after step `at`."""
+
+    def __init__(self, training: Any, *, at: int, name: str, index: int, bit: int, **kw: Any) -> None:
+        super().__init__(training, **kw)
+        self.at, self.name, self.index, self.bit = at, name, index, bit
+
+    def step(self, s: int, state: State) -> State:
+        after = super().step(s, state)
+        return {**after, self.name: flip_bit(after[self.name], self.index, self.bit)} if s == self.at else after
+
+
+def roundlog_perturb_weight(ctx: CheatContext) -> Cheat:
+    state0 = ctx.honest.checkpoint_state(0)
+    names = sorted(n for n in state0 if n.startswith("param."))  # the rounding-log state's weights
+
+    def draw() -> tuple[TrainingOracle, int, str]:
+        at, name = ctx.rng.randint(1, ctx.steps), ctx.rng.choice(names)
+        index, bit = ctx.rng.randrange(state0[name].size), ctx.rng.randrange(16, 23)  # a mantissa bit: stays finite
+        oracle = PerturbedRoundLogWeight(ctx.training, timer=ctx.timer, program=ctx.honest.program(), at=at,
+                                         name=name, index=index, bit=bit)
+        return oracle, at, f"flips bit {bit} of {name}[{index}] after rounding-log step {at}"
+
+    oracle, at, what = _draw(ctx, draw)
+    return Cheat("roundlog-perturb-weight", oracle, Truth(at, ctx.honest.program().size - 1, WRONG_RESULT, 3), what)
+
+
 def honest(ctx: CheatContext) -> Cheat:
     oracle = TrainingOracle(ctx.training, timer=ctx.timer, program=ctx.honest.program())
     return Cheat("honest", oracle, Truth(None, None, None, None), "trains the job as specified")
@@ -446,4 +474,9 @@ STRATEGIES: dict[str, Callable[[CheatContext], Cheat]] = {
     "equivocate": equivocate,
     "stall": stall,
     "honest": honest,
+}
+
+# cheats for rounding-log jobs only (their runs have no step graph for the strategies above)
+ROUNDLOG_STRATEGIES: dict[str, Callable[[CheatContext], Cheat]] = {
+    "roundlog-perturb-weight": roundlog_perturb_weight,
 }

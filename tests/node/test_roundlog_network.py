@@ -1,0 +1,162 @@
+"""Rounding-log jobs through the network: a torch model class these tests define (in
+`roundlog_test_model`, shipped with no gavel package) goes client -> provider -> auditor, its
+code travelling in the job's bundle and bound into the terms; a provider that perturbs a weight
+is caught. Real libp2p hosts, the embedded EVM."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from node.cheats import ROUNDLOG_STRATEGIES, STRATEGIES
+from node.datadir import init_datadir, load_seed
+from node.framing import unpack
+from node.roles.client import SubmitOptions
+from node.roles.context import context_of
+from node.roles.jobfiles import BundleError, bundle_of_file, check_terms, install_job, load_training
+from node.roles.roundlog_jobs import MODEL_FILE, RoundLogProgram
+from node.runtime import Node
+from protocol import DisputeRules, Identity
+from repops_cupy.roundlog.roundlog_job import train_job
+
+from .conftest import trio_test
+from .test_roles_inprocess import context_key
+from .test_roles_support import role, wait_for, write_job
+
+MODEL_SOURCE = Path(__file__).with_name("roundlog_test_model.py")
+
+ROUNDLOG_JOB = """\
+[job]
+name = "tiny-roundlog"
+seed = 3
+steps = 6
+batch_size = 8
+checkpoint_interval = 2
+
+[model]
+kind = "torch-roundlog"
+module = "tests.node.roundlog_test_model:TinyTanhNet"
+
+[model.args]
+in_features = 48
+hidden = 16
+num_classes = 4
+
+[data]
+kind = "synthetic-images"
+channels = 3
+size = 4
+num_classes = 4
+noise = 0.8
+
+[optimizer]
+kind = "sgd"
+lr = 0.05
+"""
+
+
+def _bundled(tmp_path: Path, job_text: str = ROUNDLOG_JOB, model_code: bytes | None = None) -> Path:
+    """The job as a provider installs it from its bundle: job.toml and model.py."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    toml_text, files = bundle_of_file(write_job(tmp_path, job_text, "rl.toml"))
+    directory = tmp_path / "bundle"
+    if model_code is not None:
+        directory.mkdir()
+        (directory / MODEL_FILE).write_bytes(model_code)
+        files = {}
+    return install_job(directory, toml_text, files)
+
+
+def test_the_bundle_carries_the_model_code_and_trains_as_the_roundlog_trainer(tmp_path):
+    job_file = _bundled(tmp_path)
+    assert (job_file.parent / MODEL_FILE).read_bytes() == MODEL_SOURCE.read_bytes()
+    client_side = load_training(tmp_path / "rl.toml")
+    provider_side = load_training(job_file)
+    assert isinstance(provider_side, RoundLogProgram)
+    assert client_side.identity() == provider_side.identity()
+    state = provider_side.initial_state()
+    hashes = []
+    from repops_cupy.checkpoint import state_hash
+
+    for _ in range(2):
+        state = provider_side.run_step(state).state
+        hashes.append(state_hash(state).hex())
+    trace = train_job(job_file, tmp_path / "ref")  # the rounding-log trainer's own state hashes
+    assert hashes[-1] == trace["checkpoints"][1]["state_hash"]
+    assert hashes[0] == trace["steps"][0]["state_hash"]
+
+
+def test_other_model_code_changes_the_commitments(tmp_path):
+    from node.training_oracle import job_terms
+
+    honest = load_training(_bundled(tmp_path / "a"))
+    edited = MODEL_SOURCE.read_bytes().replace(b"nn.Tanh()", b"nn.Tanh(), nn.Identity()")
+    other = load_training(_bundled(tmp_path / "b", model_code=edited))
+    assert other.identity() != honest.identity()
+    rules = DisputeRules(move_timeout_ms=30_000, clock_ms=120_000)
+    signed = job_terms(honest, Identity.generate(), rules=rules)
+    with pytest.raises(BundleError, match="config_hash"):
+        check_terms(signed, other)
+
+
+def test_a_class_the_bundled_file_does_not_define_is_refused(tmp_path):
+    with pytest.raises(BundleError, match="cannot load .*TinyTanhNet.* from model.py"):
+        load_training(_bundled(tmp_path, model_code=b"import torch.nn as nn\n\nclass Other(nn.Module):\n    pass\n"))
+    with pytest.raises(BundleError, match="from model.py.*no_such_package"):
+        load_training(_bundled(tmp_path / "c", model_code=b"import no_such_package\n"))
+
+
+def test_a_module_with_no_file_to_ship_is_refused(tmp_path):
+    text = ROUNDLOG_JOB.replace("tests.node.roundlog_test_model:TinyTanhNet", "no_such_pkg.models:Net")
+    with pytest.raises(BundleError, match="no Python file for 'no_such_pkg.models'"):
+        bundle_of_file(write_job(tmp_path, text, "rl.toml"))
+
+
+async def _start(nursery: trio.Nursery, directory: Path, roles: list[str], **settings) -> Node:
+    values = {"roles": roles, "metrics_listen": "", "advert_interval": 0.5, **settings}
+    config = init_datadir(directory, values)
+    cheats = {**STRATEGIES, **ROUNDLOG_STRATEGIES} if settings.get("cheat") else None
+    node = Node(config, load_seed(config), cheats=cheats)
+    node.record_interval = 0.2
+    await nursery.start(node.run)
+    return node
+
+
+def _audits(auditor, job_id):
+    row = auditor.storage.get_job(job_id)
+    return unpack(row.spec)["audits"] if row is not None and row.state == "audited" else None
+
+
+@pytest.mark.slow
+@trio_test(timeout=480)
+async def test_roundlog_job_audited_over_the_network_and_a_perturbed_weight_caught(tmp_path):
+    job_file = write_job(tmp_path, ROUNDLOG_JOB, "rl.toml")
+    async with trio.open_nursery() as nursery:
+        client = await _start(nursery, tmp_path / "client", ["client"])
+        hub = client.host.listen_addrs
+        honest = await _start(nursery, tmp_path / "honest", ["provider"], bootstrap=hub)
+        cheater = await _start(nursery, tmp_path / "cheater", ["provider"], bootstrap=hub,
+                               cheat="roundlog-perturb-weight")
+        auditor = await _start(nursery, tmp_path / "auditor", ["auditor"], bootstrap=hub)
+        client_role = await role(client, "client")
+        for node, name in ((honest, "provider"), (cheater, "provider"), (auditor, "auditor")):
+            await role(node, name)
+        options = SubmitOptions(providers=2, accept_within=90, commit_within=90, challenge_within=60,
+                                move_timeout=30, clock=120)
+        job_id = await client_role.submit(job_file, options)
+        cj = client_role.jobs[job_id]
+
+        # the model's code reached the providers in the bundle, and they train from it
+        for name in ("honest", "cheater"):
+            assert (tmp_path / name / "jobs" / job_id.hex() / MODEL_FILE).read_bytes() == MODEL_SOURCE.read_bytes()
+        training, _ = context_of(honest).trainings[job_id]
+        assert isinstance(training, RoundLogProgram)
+
+        await wait_for(lambda: _audits(auditor, job_id) is not None, timeout=240)
+        audits = _audits(auditor, job_id)
+        honest_key, cheater_key = context_key(honest), context_key(cheater)
+        print("audits", audits, "client", cj.state)
+        assert audits[honest_key]["state"] == "ok"  # the auditor's own run agrees with the honest provider's
+        assert audits[cheater_key]["state"] in ("challenged", "mismatch")
+        nursery.cancel_scope.cancel()
