@@ -178,16 +178,24 @@ class RoundLogProgram:
         return state_root({"roundlog-program/v1.spec": spec, "roundlog-program/v1.model": self.model_hash(),
                            "roundlog-program/v1.data": self.dataset.root()})
 
+    def state_names(self) -> list[str]:
+        return sorted(self.initial_state(), key=lambda n: n.encode())
+
     def protocol_program(self) -> Program:
-        """One node per state tensor (leaves) and one step node naming the job and its code:
-        a rounding-log step is not a graph of registered operators, so its program only binds
-        what runs; a dispute inside a step is `protocol.roundlog_dispute`'s."""
-        names = sorted(self.initial_state(), key=lambda n: n.encode())
+        """A leaf per state tensor, then a step node per state tensor (its new value, from the
+        whole state before: a rounding-log step is one torch computation, not a graph of
+        registered operators), each naming the job's identity, which binds the model's code."""
+        names = self.state_names()
         leaves = [NodeSpec("leaf", {"name": n, "role": "state"}, ()) for n in names]
-        step = NodeSpec(STEP_OP, {"identity": self.identity().hex(), "model": self.model_hash().hex()},
-                        tuple(range(len(leaves))))
-        out = dict.fromkeys(names, len(leaves))
-        return Program(leaves + [step], out)
+        inputs = tuple(range(len(leaves)))
+        steps = [NodeSpec(STEP_OP, {"output": n, "program": self.identity().hex()}, inputs) for n in names]
+        return Program(leaves + steps, {n: len(leaves) + i for i, n in enumerate(names)})
+
+    def step_node_values(self, state: dict[str, Any], after: dict[str, Any] | None = None) -> list[Any]:
+        """Every node's value in the step from ``state``, in program order (the dispute's level 3)."""
+        names = self.state_names()
+        after = self.run_step(state).state if after is None else after
+        return [np.asarray(state[n]) for n in names] + [np.asarray(after[n]) for n in names]
 
     def step_seconds(self) -> float:
         return STEP_SECONDS
