@@ -3,9 +3,9 @@
 `RoundLogProgram` gives such a job the face of a `repops_cupy.train.TrainingProgram`
 that the roles use: ``spec``, ``identity()``, ``dataset.root()``, ``initial_state()``,
 ``run_step(state)``, ``batch(step)``. Its state is the rounding-log trainer's named
-state plus the leaf ``roundlog.log`` holding the step's rounding-log bytes, so the
-project's `state_hash` of it is the trainer's own state hash
-(`repops_cupy.hashing.roundlog_state_hash`), and checkpoints are the project's files.
+state plus the leaf ``roundlog.log`` holding the step's rounding-log bytes (empty in the initial
+state), so after every step the project's `state_hash` of it is the trainer's own state
+hash (`repops_cupy.hashing.roundlog_state_hash`), and checkpoints are the project's files.
 
 The model's code travels in the bundle as ``model.py`` (the client ships the file its
 job names, by ``model.source`` or, failing that, the module's own file) and the class
@@ -209,7 +209,12 @@ class RoundLogProgram:
         return RoundLogTrainer(self.model_factory, j.optimizer, j.data, j.config(), seed=j.seed)
 
     def initial_state(self) -> dict[str, Any]:
-        return self._new_trainer().named_state()
+        """The trainer's initial state and an empty log: every state has the same tensors, so
+        one program fits every step (only this hash differs from the trainer's own, which
+        has no log leaf before step 1)."""
+        from repops_cupy.hashing import LOG_LEAF
+
+        return {**self._new_trainer().named_state(), LOG_LEAF: np.zeros(0, dtype=np.uint8)}
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         x, y = self.job.data.batch(step + 1)  # training step `step` is rounding-log step step + 1
@@ -245,7 +250,7 @@ class RoundLogProgram:
                                             if k.startswith("optim.")})
         trainer.step_done = int(tensors["data.step"])
         log = tensors.get(LOG_LEAF)
-        trainer.last_log_hash = log_digest(log.tobytes()) if log is not None else None
+        trainer.last_log_hash = log_digest(log.tobytes()) if log is not None and log.size else None
         self._trainer = trainer
         return trainer
 

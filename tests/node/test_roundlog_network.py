@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from contracts import JobStatus
 from node.cheats import ROUNDLOG_STRATEGIES, STRATEGIES
 from node.datadir import init_datadir, load_seed
 from node.framing import unpack
@@ -22,7 +23,7 @@ from repops_cupy.roundlog.roundlog_job import train_job
 
 from .conftest import trio_test
 from .test_roles_inprocess import context_key
-from .test_roles_support import role, wait_for, write_job
+from .test_roles_support import advance_embedded_chain, role, wait_for, write_job
 
 MODEL_SOURCE = Path(__file__).with_name("roundlog_test_model.py")
 
@@ -154,9 +155,20 @@ async def test_roundlog_job_audited_over_the_network_and_a_perturbed_weight_caug
         assert isinstance(training, RoundLogProgram)
 
         await wait_for(lambda: _audits(auditor, job_id) is not None, timeout=240)
-        audits = _audits(auditor, job_id)
         honest_key, cheater_key = context_key(honest), context_key(cheater)
-        print("audits", audits, "client", cj.state)
+        await wait_for(lambda: _audits(auditor, job_id)[cheater_key]["state"] != "mismatch", timeout=120)
+        audits = _audits(auditor, job_id)
         assert audits[honest_key]["state"] == "ok"  # the auditor's own run agrees with the honest provider's
-        assert audits[cheater_key]["state"] in ("challenged", "mismatch")
+        assert audits[cheater_key]["state"] == "challenged"
+        await wait_for(lambda: all(s.recorded for s in cj.sessions), timeout=180)
+        advance_embedded_chain(600)
+        result = await client_role.wait(job_id)
+
+        assert result["status"] == JobStatus.FINALIZED.name
+        assert result["providers"][honest_key]["outcome"] == "paid"
+        assert result["providers"][cheater_key]["outcome"] == "slashed"
+        assert result["verdicts"] and all(v["faults"][0]["party"] == cheater_key for v in result["verdicts"])
+        assert all(v["faults"][0]["reason"] == "wrong-result" and v["recorded"] for v in result["verdicts"])
+        assert result["result_from"] == honest_key
+        assert {d.status for d in cheater.storage.disputes(job_id=job_id)} == {"lost"}
         nursery.cancel_scope.cancel()
