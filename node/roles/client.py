@@ -37,7 +37,8 @@ from .provider import _chain_error, withdraw_credit
 from .client_job import (
     DONE_STATES, ENDED_FINALIZED, ENDED_REFUNDED, ENDED_UNFILLED, HANDED, JOB_FINALIZED, JOB_MISSING, JOB_OPENED,
     JOB_REFUNDED, OPENED, REPORTS_IN, RESULT_CHECKED, SEATS_FILLED, SEATS_UNFILLED, SUBMITTED, UNFILLED, VERIFIED,
-    VERIFYING, ClientJob, Phase, default_windows, ended, phase_of, step_seconds, verified_summary,
+    VERIFYING, ClientJob, Phase, default_windows, ended, estimate_step_seconds, phase_of, step_seconds,
+    verified_summary,
 )
 from .referee import RefereedJob, RefereeDuty
 
