@@ -3,7 +3,8 @@
 Bundle: one blob, msgpack ``{"format": "gavel-job/1", "toml": spec, "files": {name: blob id}}``.
 The spec is the client's job file rewritten so that its data paths name files of the
 bundle (``data.<ext>``, ``labels.npy``, ``tokenizer.json``, and the initial weights
-``init.safetensors``); built-in and synthetic data need no file. Each file is its own
+``init.safetensors``); built-in and synthetic data need no file. A rounding-log job
+(`roundlog_jobs`) ships its model's code as ``model.py``. Each file is its own
 blob, fetched and verified chunk by chunk like any other.
 
 Job directory (``<data dir>/jobs/<job id hex>/``): ``job.toml``, the data files, and

@@ -2,7 +2,8 @@
 
 `RoundLogProgram` gives such a job the face of a `repops_cupy.train.TrainingProgram`
 that the roles use: ``spec``, ``identity()``, ``dataset.root()``, ``initial_state()``,
-``run_step(state)``, ``batch(step)``. Its state is the rounding-log trainer's named
+``run_step(state)``, and for the dispute game ``protocol_program()`` and
+``step_node_values(state)`` in place of a step graph. Its state is the rounding-log trainer's named
 state plus the leaf ``roundlog.log`` holding the step's rounding-log bytes (empty in the initial
 state), so after every step the project's `state_hash` of it is the trainer's own state
 hash (`repops_cupy.hashing.roundlog_state_hash`), and checkpoints are the project's files.
@@ -13,6 +14,12 @@ is loaded from that file only: the job's identity (the terms' config hash) and i
 one-entry committed program both hash the file's bytes, so a provider cannot run other
 code under these terms, and a class the bundled file does not define is refused when
 the job loads.
+
+Disputes: the game bisects checkpoints and steps as for any job; inside a step the
+program's nodes are the state tensors before and after it, so a run whose state after a
+step is not what that step gives loses at the state outputs. A dispute located at a step
+node would need the referee to recompute the step, which `protocol.referee` does only
+for registered operators: not done (`protocol.roundlog_dispute` is not used here yet).
 
 Data: the synthetic kinds only; a ``text`` job would need its file in the bundle (not
 yet done), and is refused with that reason.
@@ -215,10 +222,6 @@ class RoundLogProgram:
         from repops_cupy.hashing import LOG_LEAF
 
         return {**self._new_trainer().named_state(), LOG_LEAF: np.zeros(0, dtype=np.uint8)}
-
-    def batch(self, step: int) -> dict[str, np.ndarray]:
-        x, y = self.job.data.batch(step + 1)  # training step `step` is rounding-log step step + 1
-        return {"batch/x": x.numpy(), "batch/y": y.numpy()}
 
     def run_step(self, state: dict[str, Any], **_: Any) -> RoundLogOutcome:
         """The next step from ``state``; the state after it carries its rounding log."""

@@ -1,7 +1,8 @@
 """A party's training run of one job, on disk, and the dispute oracle over it.
 
 An honest run is `repops_cupy.train.train` into the job's ``run/`` directory: a
-checkpoint file every k steps and ``trace.json``. It resumes from the last checkpoint
+checkpoint file every k steps and ``trace.json`` (a rounding-log job's run is
+`roundlog_jobs.train_roundlog_run`, in the same files). It resumes from the last checkpoint
 of an earlier, interrupted run of the same job (a node killed mid-job), and the resumed
 run passes through the same bits. A stop flag checked after every step lets the node
 end a run promptly on shutdown; the next start resumes it.
