@@ -154,9 +154,11 @@ async def test_roundlog_job_audited_over_the_network_and_a_perturbed_weight_caug
         training, _ = context_of(honest).trainings[job_id]
         assert isinstance(training, RoundLogProgram)
 
-        await wait_for(lambda: _audits(auditor, job_id) is not None, timeout=240)
+        await wait_for(lambda: _audits(auditor, job_id) is not None, timeout=240)  # trained, committed, audited
         honest_key, cheater_key = context_key(honest), context_key(cheater)
-        await wait_for(lambda: _audits(auditor, job_id)[cheater_key]["state"] != "mismatch", timeout=120)
+        # both audits recorded, and the challenge of the mismatch sent
+        await wait_for(lambda: _audits(auditor, job_id).get(cheater_key, {}).get("state") not in (None, "mismatch")
+                       and honest_key in _audits(auditor, job_id), timeout=120)
         audits = _audits(auditor, job_id)
         assert audits[honest_key]["state"] == "ok"  # the auditor's own run agrees with the honest provider's
         assert audits[cheater_key]["state"] == "challenged"
