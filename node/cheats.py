@@ -429,16 +429,24 @@ class PerturbedRoundLogWeight(TrainingOracle):
     """A rounding-log job's run (no step graph: each step is the job's own) where one bit of one
     weight flips after step `at`."""
 
-    def __init__(self, training: Any, *, at: int, name: str, index: int, bit: int, **kw: Any) -> None:
+    def __init__(self, training: Any, *, at: int, name: str, index: int, bit: int, in_step: bool = False,
+                 **kw: Any) -> None:
+        """in_step: the cheater also claims the step computed the flipped weight (its step node
+        lies, not only the state after it)."""
         super().__init__(training, **kw)
-        self.at, self.name, self.index, self.bit = at, name, index, bit
+        self.at, self.name, self.index, self.bit, self.in_step = at, name, index, bit, in_step
 
     def step(self, s: int, state: State) -> State:
         after = super().step(s, state)
         return {**after, self.name: flip_bit(after[self.name], self.index, self.bit)} if s == self.at else after
 
+    def step_values(self, s: int, state: State) -> list[Any]:
+        if self.in_step:
+            return self.training.step_node_values(state, after=self.step(s, state))
+        return super().step_values(s, state)
 
-def roundlog_perturb_weight(ctx: CheatContext) -> Cheat:
+
+def roundlog_perturb_weight(ctx: CheatContext, *, in_step: bool = False) -> Cheat:
     state0 = ctx.honest.checkpoint_state(0)
     names = sorted(n for n in state0 if n.startswith("param."))  # the rounding-log state's weights
 
@@ -446,11 +454,18 @@ def roundlog_perturb_weight(ctx: CheatContext) -> Cheat:
         at, name = ctx.rng.randint(1, ctx.steps), ctx.rng.choice(names)
         index, bit = ctx.rng.randrange(state0[name].size), ctx.rng.randrange(16, 23)  # a mantissa bit: stays finite
         oracle = PerturbedRoundLogWeight(ctx.training, timer=ctx.timer, program=ctx.honest.program(), at=at,
-                                         name=name, index=index, bit=bit)
-        return oracle, at, f"flips bit {bit} of {name}[{index}] after rounding-log step {at}"
+                                         name=name, index=index, bit=bit, in_step=in_step)
+        return oracle, at, f"flips bit {bit} of {name}[{index}] {'in' if in_step else 'after'} rounding-log step {at}"
 
     oracle, at, what = _draw(ctx, draw)
-    return Cheat("roundlog-perturb-weight", oracle, Truth(at, ctx.honest.program().size - 1, WRONG_RESULT, 3), what)
+    program = ctx.honest.program()
+    node = program.outputs.as_dict()[oracle.name] if in_step else program.size - 1
+    strategy = "roundlog-wrong-step" if in_step else "roundlog-perturb-weight"
+    return Cheat(strategy, oracle, Truth(at, node, WRONG_RESULT, 3), what)
+
+
+def roundlog_wrong_step(ctx: CheatContext) -> Cheat:
+    return roundlog_perturb_weight(ctx, in_step=True)
 
 
 def honest(ctx: CheatContext) -> Cheat:
@@ -479,4 +494,5 @@ STRATEGIES: dict[str, Callable[[CheatContext], Cheat]] = {
 # cheats for rounding-log jobs only (their runs have no step graph for the strategies above)
 ROUNDLOG_STRATEGIES: dict[str, Callable[[CheatContext], Cheat]] = {
     "roundlog-perturb-weight": roundlog_perturb_weight,
+    "roundlog-wrong-step": roundlog_wrong_step,
 }

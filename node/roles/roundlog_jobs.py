@@ -17,9 +17,11 @@ the job loads.
 
 Disputes: the game bisects checkpoints and steps as for any job; inside a step the
 program's nodes are the state tensors before and after it, so a run whose state after a
-step is not what that step gives loses at the state outputs. A dispute located at a step
-node would need the referee to recompute the step, which `protocol.referee` does only
-for registered operators: not done (`protocol.roundlog_dispute` is not used here yet).
+step is not what its own step nodes give loses at the state outputs, and one whose step
+node is wrong loses when the referee recomputes that node: the step nodes' operator
+(``torch-roundlog-step/<tensors>``) is registered when a job is loaded and reruns the
+step from the proven state before it. (`protocol.roundlog_dispute`, the game inside a
+step's rounding sites, is not used here yet.)
 
 Data: the synthetic kinds only; a ``text`` job would need its file in the bundle (not
 yet done), and is refused with that reason.
@@ -30,6 +32,7 @@ import importlib.util
 import json
 import threading
 import tomllib
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -48,6 +51,39 @@ def _bytes_hash(data: bytes) -> bytes:
     from repops_cupy.hashing import hash_tensor
 
     return hash_tensor(np.frombuffer(data, dtype=np.uint8))
+
+
+# identity (hex) -> a loaded job: the step operator a referee runs finds its job here
+_PROGRAMS: weakref.WeakValueDictionary[str, RoundLogProgram] = weakref.WeakValueDictionary()
+
+
+def step_op(arity: int) -> str:
+    """The step nodes' operator for a state of ``arity`` tensors (the registry's operators
+    have a fixed arity)."""
+    return f"{STEP_OP}/{arity}"
+
+
+def _recompute_step(*inputs: Any, output: str, program: str) -> np.ndarray:
+    """Tensor ``output`` of the state after a rounding-log step, from the whole state before it."""
+    from repops_cupy.errors import OpError
+
+    job = _PROGRAMS.get(program)
+    if job is None:
+        raise OpError(f"{STEP_OP}: rounding-log job {program[:16]} is not loaded here")
+    names = job.state_names()
+    if len(inputs) != len(names) or output not in names:
+        raise OpError(f"{STEP_OP}: {len(inputs)} inputs and output {output!r} do not fit the job's state")
+    return job.run_step({n: np.asarray(x) for n, x in zip(names, inputs)}).state[output]
+
+
+def _register_step_op(arity: int) -> None:
+    """Register the step operator for this arity once, so that a referee of a rounding-log
+    job (who has loaded it) recomputes a disputed step node like any operator."""
+    from repops_cupy import registry
+
+    if step_op(arity) not in registry.names():
+        registry.register(step_op(arity), _recompute_step, arity=arity,
+                          attrs={"output": registry.Attr(str), "program": registry.Attr(str)})
 
 
 class RoundLogBundleError(ValueError):
@@ -173,6 +209,8 @@ class RoundLogProgram:
         self._lock = threading.Lock()
         self._trainer: Any = None
         self._current: dict[str, Any] | None = None  # the state the trainer holds
+        _PROGRAMS[self.identity().hex()] = self
+        _register_step_op(len(self.state_names()))
 
     def model_hash(self) -> bytes:
         return _bytes_hash(self.model_code)
@@ -195,7 +233,8 @@ class RoundLogProgram:
         names = self.state_names()
         leaves = [NodeSpec("leaf", {"name": n, "role": "state"}, ()) for n in names]
         inputs = tuple(range(len(leaves)))
-        steps = [NodeSpec(STEP_OP, {"output": n, "program": self.identity().hex()}, inputs) for n in names]
+        op = step_op(len(names))
+        steps = [NodeSpec(op, {"output": n, "program": self.identity().hex()}, inputs) for n in names]
         return Program(leaves + steps, {n: len(leaves) + i for i, n in enumerate(names)})
 
     def step_node_values(self, state: dict[str, Any], after: dict[str, Any] | None = None) -> list[Any]:

@@ -129,16 +129,27 @@ def _audits(auditor, job_id):
     return unpack(row.spec)["audits"] if row is not None and row.state == "audited" else None
 
 
+def _audit_states(auditor, job_id) -> dict:
+    """Provider key -> audit state, whatever the job's row state (it moves on once a dispute runs)."""
+    row = auditor.storage.get_job(job_id)
+    audits = unpack(row.spec).get("audits", {}) if row is not None else {}
+    return {key: audit["state"] for key, audit in audits.items()}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("cheat", ["roundlog-perturb-weight", "roundlog-wrong-step"])
 @trio_test(timeout=480)
-async def test_roundlog_job_audited_over_the_network_and_a_perturbed_weight_caught(tmp_path):
+async def test_roundlog_job_audited_over_the_network_and_a_perturbed_weight_caught(tmp_path, cheat):
+    """perturb-weight: the cheater's step nodes are the job's, its state after the step is not (it
+    loses at the state outputs); wrong-step: its step node claims the flipped weight (it loses when
+    the referee reruns the step)."""
     job_file = write_job(tmp_path, ROUNDLOG_JOB, "rl.toml")
     async with trio.open_nursery() as nursery:
         client = await _start(nursery, tmp_path / "client", ["client"])
         hub = client.host.listen_addrs
         honest = await _start(nursery, tmp_path / "honest", ["provider"], bootstrap=hub)
         cheater = await _start(nursery, tmp_path / "cheater", ["provider"], bootstrap=hub,
-                               cheat="roundlog-perturb-weight")
+                               cheat=cheat)
         auditor = await _start(nursery, tmp_path / "auditor", ["auditor"], bootstrap=hub)
         client_role = await role(client, "client")
         for node, name in ((honest, "provider"), (cheater, "provider"), (auditor, "auditor")):
@@ -157,11 +168,12 @@ async def test_roundlog_job_audited_over_the_network_and_a_perturbed_weight_caug
         await wait_for(lambda: _audits(auditor, job_id) is not None, timeout=240)  # trained, committed, audited
         honest_key, cheater_key = context_key(honest), context_key(cheater)
         # both audits recorded, and the challenge of the mismatch sent
-        await wait_for(lambda: _audits(auditor, job_id).get(cheater_key, {}).get("state") not in (None, "mismatch")
-                       and honest_key in _audits(auditor, job_id), timeout=120)
-        audits = _audits(auditor, job_id)
-        assert audits[honest_key]["state"] == "ok"  # the auditor's own run agrees with the honest provider's
-        assert audits[cheater_key]["state"] == "challenged"
+        settled = ("ok", "challenged", "failed")  # both audits done, the challenge of a mismatch sent
+        await wait_for(lambda: all(_audit_states(auditor, job_id).get(k) in settled for k in (honest_key, cheater_key)),
+                       timeout=120)
+        audits = _audit_states(auditor, job_id)
+        assert audits[honest_key] == "ok"  # the auditor's own run agrees with the honest provider's
+        assert audits[cheater_key] == "challenged"
         await wait_for(lambda: all(s.recorded for s in cj.sessions), timeout=180)
         advance_embedded_chain(600)
         result = await client_role.wait(job_id)
@@ -171,6 +183,10 @@ async def test_roundlog_job_audited_over_the_network_and_a_perturbed_weight_caug
         assert result["providers"][cheater_key]["outcome"] == "slashed"
         assert result["verdicts"] and all(v["faults"][0]["party"] == cheater_key for v in result["verdicts"])
         assert all(v["faults"][0]["reason"] == "wrong-result" and v["recorded"] for v in result["verdicts"])
+        states_after = len(training.state_names())  # the step nodes follow a leaf per state tensor
+        at_outputs = 2 * states_after
+        for v in result["verdicts"]:
+            assert v["node"] == at_outputs if cheat == "roundlog-perturb-weight" else states_after <= v["node"] < at_outputs
         assert result["result_from"] == honest_key
         assert {d.status for d in cheater.storage.disputes(job_id=job_id)} == {"lost"}
         nursery.cancel_scope.cancel()
