@@ -154,11 +154,11 @@ class ClientRole:
         await self.ready.wait()
         try:
             toml_text, files = await trio.to_thread.run_sync(bundle_of_file, Path(job_file))
+            training = await trio.to_thread.run_sync(load_training, Path(job_file))
         except BundleError as error:
             raise LocalError(str(error)) from None
         file_ids = {name: await ctx.blobs.store.put_file(path) for name, path in files.items()}
         bundle = await ctx.blobs.store.put(encode_bundle(toml_text, file_ids))
-        training = await trio.to_thread.run_sync(load_training, Path(job_file))
         try:
             settings = options.job_settings(training.spec.steps * step_seconds(training))
         except LocalProtocolError as error:
