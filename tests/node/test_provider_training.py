@@ -20,25 +20,8 @@ from node import threads
 from node.threads import kernel_threads, limit_kernel_threads
 from repops_cupy.train import train
 
-from .test_roles_support import write_job
+from .test_roles_support import in_a_thread, write_job
 
-
-def _in_a_thread(fn):
-    """``fn()`` in a fresh thread, like the node's worker threads; its result or exception."""
-    out = {}
-
-    def main():
-        try:
-            out["value"] = fn()
-        except BaseException as error:  # handed back to the test
-            out["error"] = error
-
-    thread = threading.Thread(target=main)
-    thread.start()
-    thread.join()
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
 
 
 def test_kernel_threads_leave_one_core_to_the_event_loop(monkeypatch):
@@ -67,7 +50,7 @@ def test_a_run_trains_on_fewer_kernel_threads_than_cores_then_restores_them(tmp_
         trace = run.train_sync(threading.Event())
         return before, trace, (numba.get_num_threads(), torch.get_num_threads())
 
-    before, trace, after = _in_a_thread(train_in_worker)
+    before, trace, after = in_a_thread(train_in_worker)
     limit = kernel_threads()
     assert len(seen) == training.spec.steps == run.trained_steps
     assert set(seen) == {(min(limit, before[0]), min(limit, before[1]))}
@@ -80,7 +63,7 @@ def test_fewer_kernel_threads_change_no_bits(tmp_path):
     job_file = write_job(tmp_path)
     alone = train(load_training(job_file).spec, tmp_path / "alone")
     node_run = JobRun(load_training(job_file), None, tmp_path / "run", job_id=bytes(32))
-    trace = _in_a_thread(lambda: node_run.train_sync(threading.Event()))
+    trace = in_a_thread(lambda: node_run.train_sync(threading.Event()))
     assert trace.root == alone.root
 
 
@@ -93,4 +76,4 @@ def test_a_lower_limit_already_in_force_is_kept():
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba runs one thread here")
-    assert _in_a_thread(nested) == (1, 1)
+    assert in_a_thread(nested) == (1, 1)

@@ -17,26 +17,10 @@ from repops_cupy.memory import peak_bytes
 from repops_cupy.train import replay, train
 
 from .conftest import trio_test
-from .test_roles_support import advance_embedded_chain, role, start_node, wait_for, write_job
+from .test_roles_support import advance_embedded_chain, in_a_thread, role, start_node, wait_for, write_job
 
 pytest.importorskip("torch.distributed")
 
-
-def _in_a_thread(fn):
-    out = {}
-
-    def main():
-        try:
-            out["value"] = fn()
-        except BaseException as error:  # handed back to the test
-            out["error"] = error
-
-    thread = threading.Thread(target=main)
-    thread.start()
-    thread.join()
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
 
 
 def test_a_run_on_two_workers_gives_the_one_worker_root_and_one_worker_replays_it(tmp_path):
@@ -44,7 +28,7 @@ def test_a_run_on_two_workers_gives_the_one_worker_root_and_one_worker_replays_i
     alone = train(load_training(job_file).spec, tmp_path / "alone")
     run = JobRun(load_training(job_file), None, tmp_path / "run", job_id=bytes(32), workers=2)
     assert run.workers == 2
-    trace = _in_a_thread(lambda: run.train_sync(threading.Event()))
+    trace = in_a_thread(lambda: run.train_sync(threading.Event()))
     assert trace.root == alone.root
     # an auditor's replay of one interval, on one worker, agrees with the two-worker run
     result = replay(load_training(job_file).spec, tmp_path / "run", 1)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import trio
@@ -78,3 +79,21 @@ def advance_embedded_chain(seconds: int) -> None:
 
 def seed() -> bytes:
     return os.urandom(32)
+
+
+def in_a_thread(fn):
+    """``fn()`` in a fresh thread, like the node's worker threads; its result or exception."""
+    out = {}
+
+    def main():
+        try:
+            out["value"] = fn()
+        except BaseException as error:  # handed back to the test
+            out["error"] = error
+
+    thread = threading.Thread(target=main)
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
