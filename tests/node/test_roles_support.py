@@ -7,7 +7,7 @@ from pathlib import Path
 
 import trio
 
-from node.cheats import STRATEGIES
+from node.cheats import ROUNDLOG_STRATEGIES, STRATEGIES
 from node.datadir import init_datadir, load_seed
 from node.roles.context import context_of
 from node.runtime import Node
@@ -47,7 +47,8 @@ def write_job(directory: Path, text: str = TINY_JOB, name: str = "tiny.toml") ->
 async def start_node(nursery: trio.Nursery, directory: Path, roles: list[str], **settings) -> Node:
     values = {"roles": roles, "metrics_listen": "", "advert_interval": 0.5, **settings}
     config = init_datadir(directory, values)
-    node = Node(config, load_seed(config), cheats=STRATEGIES if settings.get("cheat") else None)
+    cheats = {**STRATEGIES, **ROUNDLOG_STRATEGIES} if settings.get("cheat") else None
+    node = Node(config, load_seed(config), cheats=cheats)
     node.record_interval = 0.2  # the peers table is kept through inbound-only peers too
     await nursery.start(node.run)
     return node

@@ -10,20 +10,17 @@ import pytest
 import trio
 
 from contracts import JobStatus
-from node.cheats import ROUNDLOG_STRATEGIES, STRATEGIES
-from node.datadir import init_datadir, load_seed
 from node.framing import unpack
 from node.roles.client import SubmitOptions
 from node.roles.context import context_of
 from node.roles.jobfiles import BundleError, bundle_of_file, check_terms, install_job, load_training
 from node.roles.roundlog_jobs import MODEL_FILE, RoundLogProgram
-from node.runtime import Node
 from protocol import DisputeRules, Identity
 from repops_cupy.roundlog.roundlog_job import train_job
 
 from .conftest import trio_test
 from .test_roles_inprocess import context_key
-from .test_roles_support import advance_embedded_chain, role, wait_for, write_job
+from .test_roles_support import advance_embedded_chain, role, start_node, wait_for, write_job
 
 MODEL_SOURCE = Path(__file__).with_name("roundlog_test_model.py")
 
@@ -114,16 +111,6 @@ def test_a_module_with_no_file_to_ship_is_refused(tmp_path):
         bundle_of_file(write_job(tmp_path, text, "rl.toml"))
 
 
-async def _start(nursery: trio.Nursery, directory: Path, roles: list[str], **settings) -> Node:
-    values = {"roles": roles, "metrics_listen": "", "advert_interval": 0.5, **settings}
-    config = init_datadir(directory, values)
-    cheats = {**STRATEGIES, **ROUNDLOG_STRATEGIES} if settings.get("cheat") else None
-    node = Node(config, load_seed(config), cheats=cheats)
-    node.record_interval = 0.2
-    await nursery.start(node.run)
-    return node
-
-
 def _audits(auditor, job_id):
     row = auditor.storage.get_job(job_id)
     return unpack(row.spec)["audits"] if row is not None and row.state == "audited" else None
@@ -145,12 +132,12 @@ async def test_roundlog_job_audited_over_the_network_and_a_perturbed_weight_caug
     the referee reruns the step)."""
     job_file = write_job(tmp_path, ROUNDLOG_JOB, "rl.toml")
     async with trio.open_nursery() as nursery:
-        client = await _start(nursery, tmp_path / "client", ["client"])
+        client = await start_node(nursery, tmp_path / "client", ["client"])
         hub = client.host.listen_addrs
-        honest = await _start(nursery, tmp_path / "honest", ["provider"], bootstrap=hub)
-        cheater = await _start(nursery, tmp_path / "cheater", ["provider"], bootstrap=hub,
+        honest = await start_node(nursery, tmp_path / "honest", ["provider"], bootstrap=hub)
+        cheater = await start_node(nursery, tmp_path / "cheater", ["provider"], bootstrap=hub,
                                cheat=cheat)
-        auditor = await _start(nursery, tmp_path / "auditor", ["auditor"], bootstrap=hub)
+        auditor = await start_node(nursery, tmp_path / "auditor", ["auditor"], bootstrap=hub)
         client_role = await role(client, "client")
         for node, name in ((honest, "provider"), (cheater, "provider"), (auditor, "auditor")):
             await role(node, name)
