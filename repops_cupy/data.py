@@ -21,8 +21,9 @@ text file (char-level: the vocabulary is the sorted set of its characters; or a
 byte-level BPE, `tokenizer`, whose ``tokenizer.json`` bytes are the data set's
 ``tokenizer`` array, so the root commits to the tokenizer as well as the ids), a raw
 token file (nanoGPT-style flat binary of one integer dtype), ``.npy`` files (1-D
-tokens, or features with a labels file), and a synthetic classification set made
-from the job seed.
+tokens, or features with a labels file), images (an (N, C, H, W) ``.npy`` with a labels
+file; see `image_dataset` for the normalisation), and synthetic classification sets
+(features or images) made from the job seed.
 
 Sampling
 --------
@@ -34,7 +35,7 @@ window, ``y`` the window shifted by one. Classification: ``batch_size`` example
 indices uniform over [0, N) (with replacement).
 
 Philox streams used by training programs: 1 data order, 2 parameter initialisation,
-3 the synthetic data set, 2^32 + site for dropout masks (`optim.DROPOUT_STREAM_BASE`).
+3 the synthetic data sets, 2^32 + site for dropout masks (`optim.DROPOUT_STREAM_BASE`).
 """
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ class Dataset:
 
     @property
     def n_features(self) -> int:
+        """Features of (N, D) data; channels of (N, C, H, W) images."""
         return int(self.arrays["x"].shape[1])
 
     def __len__(self) -> int:
@@ -185,13 +187,70 @@ def classification_dataset(x: np.ndarray, y: np.ndarray, n_classes: int | None =
     if y.dtype.kind not in "iu":
         raise DataError(f"labels must be integers, got {y.dtype}")
     x = np.ascontiguousarray(x, dtype=np.float32)  # float64 -> float32 rounds each value once
+    y, classes = _labels(y, n_classes)
+    return Dataset({"x": x, "y": y}, n_classes=classes)
+
+
+def _labels(y: np.ndarray, n_classes: int | None) -> tuple[np.ndarray, int]:
+    """Labels as int64 and the number of classes (given, or the largest label + 1)."""
     y = np.ascontiguousarray(y, dtype=np.int64)
     if y.size and int(y.min()) < 0:
         raise DataError("labels must be non-negative")
     classes = int(y.max()) + 1 if n_classes is None else n_classes
     if y.size and int(y.max()) >= classes:
         raise DataError(f"labels must lie in [0, {classes})")
+    return y, classes
+
+
+IMAGE_DTYPES = ("uint8", "float32")
+
+
+def image_dataset(x: np.ndarray, y: np.ndarray, mean: tuple[float, ...] = (), std: tuple[float, ...] = (),
+                  n_classes: int | None = None) -> Dataset:
+    """Images (N, C, H, W), uint8 or float32, with integer labels (N,), normalised exactly.
+
+    uint8 values become float32(v) / float32(255) (one correctly rounded division); float32
+    values are taken as they are. With `mean` and `std` (one value per channel, each
+    rounded once to float32), channel c then becomes (x - mean[c]) / std[c]: a float32
+    subtraction and a float32 division, each correctly rounded. The data set holds the
+    normalised float32 images, so its root commits to the values the model sees.
+    """
+    if x.ndim != 4:
+        raise DataError(f"images must be (N, C, H, W), got shape {x.shape}")
+    if x.dtype.name not in IMAGE_DTYPES:
+        raise DataError(f"images must be {' or '.join(IMAGE_DTYPES)}, got {x.dtype}")
+    if mean and len(mean) != x.shape[1]:
+        raise DataError(f"data.mean has {len(mean)} values for images of {x.shape[1]} channels")
+    if x.dtype == np.uint8:
+        x = np.divide(x.astype(np.float32), np.float32(255.0), dtype=np.float32)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if mean:
+        m = np.asarray(mean, dtype=np.float32).reshape(-1, 1, 1)
+        s = np.asarray(std, dtype=np.float32).reshape(-1, 1, 1)
+        x = np.divide(np.subtract(x, m, dtype=np.float32), s, dtype=np.float32)
+    if y.ndim != 1 or len(y) != len(x):
+        raise DataError(f"labels must be (N,) for {len(x)} images, got {y.shape}")
+    if y.dtype.kind not in "iu":
+        raise DataError(f"labels must be integers, got {y.dtype}")
+    y, classes = _labels(y, n_classes)
     return Dataset({"x": x, "y": y}, n_classes=classes)
+
+
+def synthetic_images(seed: int, n_samples: int, channels: int, size: int, n_classes: int) -> Dataset:
+    """Noisy copies of one random template per class, (N, channels, size, size), from the job seed.
+
+    Templates: uniform in [-1, 1) per pixel. Noise: Irwin-Hall sums of four 24-bit
+    uniforms (exact in float64), centred and scaled by 0.5; one rounding to float32.
+    Example i has class i % n_classes.
+    """
+    shape = (channels, size, size)
+    templates = rng.uniform_f32(seed, STREAM_SYNTHETIC, (n_classes, *shape), counter=0).astype(np.float64)
+    templates = templates * 2.0 - 1.0  # exact: scaling by 2 and subtracting 1 in [0, 2)
+    labels = np.arange(n_samples, dtype=np.int64) % n_classes
+    u = rng.uniform_f32(seed, STREAM_SYNTHETIC, (4, n_samples, *shape), counter=2 << 40).astype(np.float64)
+    noise = ((u[0] + u[1]) + (u[2] + u[3])) - 2.0  # exact: 24-bit fractions, sums below 2^2
+    x = templates[labels] + noise * 0.5
+    return Dataset({"x": x.astype(np.float32), "y": labels}, n_classes=n_classes)
 
 
 def synthetic_classification(seed: int, n_samples: int, n_features: int, n_classes: int) -> Dataset:
@@ -216,6 +275,8 @@ def load_dataset(data_spec, seed: int, base_dir: str | Path = ".") -> Dataset:
     kind = data_spec.kind
     if kind == "synthetic":
         return synthetic_classification(seed, data_spec.n_samples, data_spec.n_features, data_spec.n_classes)
+    if kind == "synthetic-images":
+        return synthetic_images(seed, data_spec.n_samples, data_spec.channels, data_spec.size, data_spec.n_classes)
     path = data_spec.path
     if kind == "text" and path.startswith("builtin:"):
         return tokenized_text(builtin_text(path.removeprefix("builtin:")), data_spec, base_dir)
@@ -231,6 +292,11 @@ def load_dataset(data_spec, seed: int, base_dir: str | Path = ".") -> Dataset:
     if kind == "tokens":
         return token_dataset(np.fromfile(full, dtype=np.dtype(data_spec.dtype).newbyteorder("<")), data_spec.vocab_size)
     arr = np.load(full, allow_pickle=False)
+    if kind == "images":
+        labels = _resolve(data_spec.labels, base_dir)
+        if not labels.exists():
+            raise DataError(f"data.labels: no such file {labels}")
+        return image_dataset(arr, np.load(labels, allow_pickle=False), data_spec.mean, data_spec.std)
     if not data_spec.labels:
         return token_dataset(arr, data_spec.vocab_size)
     labels = _resolve(data_spec.labels, base_dir)

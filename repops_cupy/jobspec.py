@@ -3,9 +3,11 @@
 A job file has four tables::
 
     [job]        seed, steps, batch_size, checkpoint_interval, name
-    [data]       kind = "text" | "tokens" | "npy" | "synthetic", and its fields
-                 (text: tokenizer = "char" | "bpe" | "path/to/tokenizer.json", with vocab_size for BPE)
-    [model]      kind = "gpt" | "mlp", and its sizes; init = "weights.safetensors" to start
+    [data]       kind = "text" | "tokens" | "npy" | "synthetic" | "images" | "synthetic-images", and its fields
+                 (text: tokenizer = "char" | "bpe" | "path/to/tokenizer.json", with vocab_size for BPE;
+                 images: path of an (N, C, H, W) uint8 or float32 .npy, labels, optional mean and std per
+                 channel; synthetic-images: n_samples, channels, size, n_classes)
+    [model]      kind = "gpt" | "mlp" | "cnn", and its sizes (cnn: channels, kernel, downsample); init = "weights.safetensors" to start
                  from given weights (see `weights`); gpt: tie_head, n_positions
     [optimizer]  kind = "adamw" | "sgd", and its hyper-parameters
 
@@ -32,9 +34,11 @@ from typing import Any, Mapping
 
 from .merkle import leaf_hash, merkle_root_of_hashes
 
-DATA_KINDS = ("text", "tokens", "npy", "synthetic")
+DATA_KINDS = ("text", "tokens", "npy", "synthetic", "images", "synthetic-images")
+IMAGE_KINDS = ("images", "synthetic-images")
 TOKEN_DTYPES = ("uint8", "uint16", "int32", "int64")
-MODEL_KINDS = ("gpt", "mlp")
+MODEL_KINDS = ("gpt", "mlp", "cnn")
+DOWNSAMPLES = ("maxpool", "stride")
 OPTIMIZER_KINDS = ("adamw", "sgd")
 ACTIVATIONS = ("relu", "gelu")
 GELU_APPROXIMATIONS = ("none", "tanh")
@@ -42,7 +46,9 @@ MAX_SEED = (1 << 63) - 1
 TOKENIZERS = ("char", "bpe")  # or the path of a tokenizer.json
 # fields added after trace roots were published: left out of the identity at their defaults,
 # so the identities of jobs that do not use them stay what they were
-_NEW_DEFAULTS = {"data": {"tokenizer": "char"}, "model": {"tie_head": False, "n_positions": 0, "init_hash": ""}}
+_NEW_DEFAULTS = {"data": {"tokenizer": "char", "channels": 0, "size": 0, "mean": (), "std": ()},
+                 "model": {"tie_head": False, "n_positions": 0, "init_hash": "", "channels": (), "kernel": 0,
+                           "downsample": ""}}
 
 
 class JobSpecError(ValueError):
@@ -61,6 +67,10 @@ class DataSpec:
     n_features: int = 0
     n_classes: int = 0
     tokenizer: str = "char"
+    channels: int = 0  # synthetic-images
+    size: int = 0  # synthetic-images: height and width
+    mean: tuple[float, ...] = ()  # images: per channel, subtracted after uint8 / 255
+    std: tuple[float, ...] = ()  # images: per channel, divided by after the mean
 
     @property
     def tokenizer_file(self) -> str:
@@ -87,6 +97,9 @@ class ModelSpec:
     n_positions: int = 0  # gpt: rows of the position table (0: the data's context)
     init: str = ""  # safetensors file of initial weights ("" : from the seed)
     init_hash: str = ""  # that file's content hash (`file_hash`), hex
+    channels: tuple[int, ...] = ()  # cnn: output channels of each convolution
+    kernel: int = 0  # cnn: odd kernel size (padding kernel // 2)
+    downsample: str = ""  # cnn: "maxpool" (2 x 2) or "stride" (stride-2 convolutions)
 
 
 @dataclass(frozen=True)
@@ -202,6 +215,14 @@ class _Table:
             raise self.fail(key, f"must be a non-empty list of positive integers, got {v!r}")
         return tuple(v)
 
+    def float_list(self, key: str, *, positive: bool = False) -> tuple[float, ...]:
+        v = self._get(key, [])
+        if not isinstance(v, list) or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)
+                                          or (positive and x <= 0) for x in v):
+            kind = "positive" if positive else "finite"
+            raise self.fail(key, f"must be a list of {kind} numbers, got {v!r}")
+        return tuple(float(x) for x in v)
+
     def done(self) -> None:
         unknown = sorted(set(self.raw) - self.used)
         if unknown:
@@ -231,6 +252,14 @@ def _data(t: _Table) -> DataSpec:
         else:
             spec = DataSpec(kind, path=t.string("path"), context=t.integer("context", low=1),
                             vocab_size=t.integer("vocab_size", low=2))
+    elif kind == "images":
+        spec = DataSpec(kind, path=t.string("path"), labels=t.string("labels"), mean=t.float_list("mean"),
+                        std=t.float_list("std", positive=True))
+        if len(spec.mean) != len(spec.std):
+            raise t.fail("std", f"must have one value per channel, as data.mean ({len(spec.mean)})")
+    elif kind == "synthetic-images":
+        spec = DataSpec(kind, n_samples=t.integer("n_samples", low=1), channels=t.integer("channels", low=1),
+                        size=t.integer("size", low=2), n_classes=t.integer("n_classes", low=2))
     else:
         spec = DataSpec(kind, n_samples=t.integer("n_samples", low=1), n_features=t.integer("n_features", low=1),
                         n_classes=t.integer("n_classes", low=2))
@@ -282,6 +311,13 @@ def _model(t: _Table, base_dir: str | Path = ".") -> ModelSpec:
                          d_ff=t.integer("d_ff", 4 * d_model, low=1), gelu=t.choice("gelu", GELU_APPROXIMATIONS, "tanh"),
                          dropout=dropout, tie_head=t.boolean("tie_head", False),
                          n_positions=t.integer("n_positions", 0, low=0), init=init, init_hash=init_hash)
+    elif kind == "cnn":
+        kernel = t.integer("kernel", 3, low=1)
+        if kernel % 2 == 0:
+            raise t.fail("kernel", "must be odd (the padding is kernel // 2 on each side)")
+        spec = ModelSpec(kind, channels=t.int_list("channels"), kernel=kernel,
+                         downsample=t.choice("downsample", DOWNSAMPLES, "maxpool"), dropout=dropout, init=init,
+                         init_hash=init_hash)
     else:
         spec = ModelSpec(kind, hidden=t.int_list("hidden"), activation=t.choice("activation", ACTIVATIONS, "relu"),
                          dropout=dropout, init=init, init_hash=init_hash)
@@ -328,8 +364,13 @@ def parse_job(raw: Mapping[str, Any], base_dir: str | Path = ".") -> JobSpec:
         raise JobSpecError(f"model.n_positions: must be at least data.context ({data.context})")
     if model.kind == "gpt" and not data.is_language:
         raise JobSpecError("model.kind: 'gpt' needs token data (data.kind 'text', 'tokens', or 'npy' without labels)")
-    if model.kind == "mlp" and data.is_language:
+    if model.kind == "mlp" and (data.is_language or data.kind in IMAGE_KINDS):
         raise JobSpecError("model.kind: 'mlp' needs classification data (data.kind 'synthetic', or 'npy' with labels)")
+    if model.kind == "cnn" and data.kind not in IMAGE_KINDS:
+        raise JobSpecError("model.kind: 'cnn' needs image data (data.kind 'images' or 'synthetic-images')")
+    if model.kind == "cnn" and data.kind == "synthetic-images" and data.size < 2 ** len(model.channels):
+        raise JobSpecError(f"data.size: {len(model.channels)} halvings need images of at least "
+                           f"{2 ** len(model.channels)} pixels")
     return spec
 
 

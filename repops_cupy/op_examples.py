@@ -163,6 +163,10 @@ EXAMPLES: dict[str, Callable[[ExampleRandom], Example]] = {
     "embedding": lambda r: ((r.normal(13, 8), r.ints(3, 5, high=13)), {}),
     "embedding_grad": lambda r: ((r.normal(3, 5, 8), r.ints(3, 5, high=13)), {"num_embeddings": 13}),
     "dropout": lambda r: ((r.normal(6, 17),), {"p": 0.25, "seed": 7, "stream": 3, "counter": 11}),
+    # image windows (repops_cupy.conv)
+    "unfold2d": lambda r: ((r.normal(2, 3, 7, 6),), {"kernel": (3, 2), "stride": (2, 1), "padding": (1, 0)}),
+    "unfold2d_grad": lambda r: ((r.normal(2, 3, 4, 5, 6),),
+                                {"kernel": (3, 2), "stride": (2, 1), "padding": (1, 0), "input_hw": (7, 6)}),
     # products
     "matmul": lambda r: ((r.normal(2, 9, 33), r.normal(33, 6)), {}),
     # training-program operators: optimizer updates, step counters, constants

@@ -18,6 +18,7 @@ OP_MODULES = (
     "nn",
     "matmul",
     "optim",
+    "conv",
 )
 
 for _module in OP_MODULES:

@@ -2,7 +2,9 @@
 and put trained weights back into it.
 
 Supported torch layers: Linear, Embedding, LayerNorm (1-D, with affine parameters),
-GELU, ReLU, Dropout, Sequential, and the three modules defined here --
+GELU, ReLU, Dropout, Sequential, Conv2d (zero padding, groups and dilation 1), MaxPool2d
+(no padding, dilation 1, floor mode), AdaptiveAvgPool2d(1), Flatten (of all but the first
+axis), and the three modules defined here --
 `CausalSelfAttention`, `TransformerBlock` and `TinyGPT` -- which users can build
 their own models from. Anything else raises `UnsupportedLayer` naming the layer's
 path and type. Parameter names are the module's ``state_dict`` keys on both sides.
@@ -30,8 +32,8 @@ class UnsupportedLayer(TypeError):
 
 
 # what `to_layer` converts, in the order it tries them (named in every refusal)
-SUPPORTED_LAYERS = ("Linear", "Embedding", "LayerNorm", "GELU", "ReLU", "Dropout", "Sequential",
-                    "CausalSelfAttention", "TransformerBlock", "TinyGPT")
+SUPPORTED_LAYERS = ("Linear", "Embedding", "LayerNorm", "GELU", "ReLU", "Dropout", "Sequential", "Conv2d",
+                    "MaxPool2d", "AdaptiveAvgPool2d", "Flatten", "CausalSelfAttention", "TransformerBlock", "TinyGPT")
 
 
 class CausalSelfAttention(nn.Module):
@@ -103,6 +105,36 @@ def _dropout_p(module: nn.Module) -> float:
     return float(module.drop.p)
 
 
+def _pair(value) -> tuple[int, int]:
+    return (int(value), int(value)) if isinstance(value, int) else (int(value[0]), int(value[1]))
+
+
+def _image_layer(module: nn.Module, where: str) -> L.Layer | None:
+    """Conv2d, MaxPool2d, AdaptiveAvgPool2d(1) and Flatten, or None for another module."""
+    name = type(module).__name__
+    if isinstance(module, nn.Conv2d):
+        if module.groups != 1 or _pair(module.dilation) != (1, 1) or module.padding_mode != "zeros" \
+                or isinstance(module.padding, str):
+            raise UnsupportedLayer(f"layer {where!r} (Conv2d): only groups 1, dilation 1 and numeric zero padding")
+        return L.Conv2d(module.in_channels, module.out_channels, _pair(module.kernel_size), _pair(module.stride),
+                        _pair(module.padding), bias=module.bias is not None)
+    if isinstance(module, nn.MaxPool2d):
+        stride = module.stride if module.stride is not None else module.kernel_size
+        if _pair(module.padding) != (0, 0) or _pair(module.dilation) != (1, 1) or module.ceil_mode \
+                or module.return_indices:
+            raise UnsupportedLayer(f"layer {where!r} ({name}): only padding 0, dilation 1, floor mode, no indices")
+        return L.MaxPool2d(_pair(module.kernel_size), _pair(stride))
+    if isinstance(module, nn.AdaptiveAvgPool2d):
+        if _pair(module.output_size) != (1, 1):
+            raise UnsupportedLayer(f"layer {where!r} ({name}): only output size 1 (the mean over the image)")
+        return L.GlobalAvgPool2d()
+    if isinstance(module, nn.Flatten):
+        if module.start_dim != 1 or module.end_dim != -1:
+            raise UnsupportedLayer(f"layer {where!r} ({name}): only Flatten() of every axis after the first")
+        return L.Flatten()
+    return None
+
+
 def to_layer(module: nn.Module, path: str = "") -> L.Layer:
     """The traceable layer tree of a torch module (raises UnsupportedLayer naming the layer)."""
     where = path or "<root>"
@@ -122,6 +154,9 @@ def to_layer(module: nn.Module, path: str = "") -> L.Layer:
         return L.ReLU()
     if isinstance(module, nn.Dropout):
         return L.Dropout(float(module.p))
+    image = _image_layer(module, where)
+    if image is not None:
+        return image
     if isinstance(module, nn.Sequential):
         return L.Sequential([to_layer(child, f"{path}.{name}" if path else name) for name, child in module.named_children()])
     if isinstance(module, CausalSelfAttention):
@@ -155,6 +190,15 @@ def to_torch(layer: L.Layer) -> nn.Module:
         return nn.Dropout(layer.p)
     if isinstance(layer, L.Sequential):
         return nn.Sequential(*[to_torch(child) for child in layer.layers])
+    if isinstance(layer, L.Conv2d):
+        return nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride, layer.padding,
+                         bias=layer.bias)
+    if isinstance(layer, L.MaxPool2d):
+        return nn.MaxPool2d(layer.kernel_size, layer.stride)
+    if isinstance(layer, L.GlobalAvgPool2d):
+        return nn.AdaptiveAvgPool2d(1)
+    if isinstance(layer, L.Flatten):
+        return nn.Flatten()
     if isinstance(layer, L.CausalSelfAttention):
         return CausalSelfAttention(layer.d_model, layer.n_heads, layer.dropout)
     if isinstance(layer, L.TransformerBlock):

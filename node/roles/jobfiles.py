@@ -64,6 +64,13 @@ def spec_toml(spec: Any, *, data_path: str = "", labels_path: str = "", tokenize
     d = spec.data
     if d.kind == "synthetic":
         data = {"kind": d.kind, "n_samples": d.n_samples, "n_features": d.n_features, "n_classes": d.n_classes}
+    elif d.kind == "synthetic-images":
+        data = {"kind": d.kind, "n_samples": d.n_samples, "channels": d.channels, "size": d.size,
+                "n_classes": d.n_classes}
+    elif d.kind == "images":
+        data = {"kind": d.kind, "path": data_path, "labels": labels_path}
+        if d.mean:
+            data.update(mean=list(d.mean), std=list(d.std))
     elif d.kind == "text":
         data = {"kind": d.kind, "path": data_path or d.path, "context": d.context}
         if d.tokenizer != "char":
@@ -82,6 +89,9 @@ def spec_toml(spec: Any, *, data_path: str = "", labels_path: str = "", tokenize
             model["tie_head"] = True
         if m.n_positions:
             model["n_positions"] = m.n_positions
+    elif m.kind == "cnn":
+        model = {"kind": m.kind, "channels": list(m.channels), "kernel": m.kernel, "downsample": m.downsample,
+                 "dropout": m.dropout}
     else:
         model = {"kind": m.kind, "hidden": list(m.hidden), "activation": m.activation, "dropout": m.dropout}
     if m.init:
@@ -109,7 +119,7 @@ def _local_data_files(spec: Any) -> dict[str, Path]:
         if given:
             path = Path(given).expanduser()
             files[name] = path if path.is_absolute() else base / path
-    if d.kind == "synthetic" or (d.kind == "text" and d.path.startswith("builtin:")):
+    if d.kind in ("synthetic", "synthetic-images") or (d.kind == "text" and d.path.startswith("builtin:")):
         return files
     path = Path(d.path).expanduser()
     path = path if path.is_absolute() else base / path

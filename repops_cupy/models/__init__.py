@@ -2,8 +2,8 @@
 
 - `GPT`: a small decoder-only transformer language model (`models.gpt`).
 - `mlp_classifier`: an MLP classifier (`models.mlp`).
-- A small CNN would be one more `Layer` subclass here, once convolution and pooling
-  operators exist; nothing else in the training program would change.
+- `cnn_classifier`: a small convolutional image classifier (`models.cnn`); its
+  convolutions and pools are built from `unfold2d` and the exact matrix product.
 
 `init_params` draws every parameter from the counter-based RNG: key = job seed,
 stream = `data.STREAM_INIT`, counter = (index of the parameter in `named_params`
@@ -18,16 +18,21 @@ import numpy as np
 from .. import rng
 from ..data import STREAM_INIT
 from ..graph import Tensor
+from .cnn import cnn_classifier
 from .gpt import GPT
 from .layers import (
     GELU,
     CausalSelfAttention,
+    Conv2d,
     Dropout,
     Embedding,
+    Flatten,
     ForwardContext,
+    GlobalAvgPool2d,
     Layer,
     LayerNorm,
     Linear,
+    MaxPool2d,
     ParamSpec,
     ReLU,
     Sequential,
@@ -79,11 +84,14 @@ def build_network(model_spec, *, vocab_size: int = 0, context: int = 0, n_featur
                    model_spec.d_ff, model_spec.dropout, model_spec.gelu, model_spec.tie_head, model_spec.n_positions)
     if model_spec.kind == "mlp":
         return mlp_classifier(n_features, model_spec.hidden, n_classes, model_spec.activation, model_spec.dropout)
+    if model_spec.kind == "cnn":  # n_features: the images' channels
+        return cnn_classifier(n_features, model_spec.channels, n_classes, model_spec.kernel, model_spec.downsample,
+                              model_spec.dropout)
     raise ValueError(f"unknown model kind {model_spec.kind!r}")
 
 
 __all__ = [
-    "GPT", "mlp_classifier", "Layer", "ParamSpec", "ForwardContext", "Linear", "Embedding", "LayerNorm", "ReLU",
+    "GPT", "mlp_classifier", "cnn_classifier", "Conv2d", "MaxPool2d", "GlobalAvgPool2d", "Flatten", "Layer", "ParamSpec", "ForwardContext", "Linear", "Embedding", "LayerNorm", "ReLU",
     "GELU", "Dropout", "Sequential", "CausalSelfAttention", "TransformerBlock", "count_params", "init_params",
     "language_loss", "classification_loss", "build_network",
 ]

@@ -149,6 +149,73 @@ class Dropout(Layer):
 
 
 @dataclass
+class Conv2d(Layer):
+    """torch's Conv2d (groups 1, dilation 1, zero padding): unfold2d, then one exact matrix product.
+
+    The windows (N, C, OH, OW, KH*KW) are laid out as rows (N*OH*OW, C*KH*KW), the weight
+    (O, C, KH, KW) as (O, C*KH*KW), and y = rows @ W^T + b goes back to (N, O, OH, OW).
+    """
+
+    in_channels: int
+    out_channels: int
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int] = (0, 0)
+    bias: bool = True
+
+    def params(self) -> dict[str, ParamSpec]:
+        kh, kw = self.kernel_size
+        bound = 1.0 / math.sqrt(self.in_channels * kh * kw)  # torch's default for weight and bias
+        out = {"weight": ParamSpec((self.out_channels, self.in_channels, kh, kw), ("uniform", bound))}
+        if self.bias:
+            out["bias"] = ParamSpec((self.out_channels,), ("uniform", bound))
+        return out
+
+    def forward(self, ctx: ForwardContext, prefix: str, x: Tensor) -> Tensor:
+        b = ctx.b
+        n = x.shape[0]
+        cols = b.op("unfold2d", x, kernel=self.kernel_size, stride=self.stride, padding=self.padding)
+        _, c, oh, ow, kk = cols.shape
+        rows = b.op("reshape", b.op("transpose", cols, perm=(0, 2, 3, 1, 4)), shape=(n * oh * ow, c * kk))
+        w = b.op("reshape", ctx.param(prefix + "weight"), shape=(self.out_channels, c * kk))
+        y = b.op("matmul", rows, w, transpose_b=True)
+        if self.bias:
+            y = b.op("add", y, ctx.param(prefix + "bias"))
+        return b.op("transpose", b.op("reshape", y, shape=(n, oh, ow, self.out_channels)), perm=(0, 3, 1, 2))
+
+
+@dataclass
+class MaxPool2d(Layer):
+    """torch's MaxPool2d without padding: the largest value of each window (unfold2d, then max).
+
+    Ties share the gradient equally (`reduce.max_grad`); torch gives it to one of them.
+    """
+
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+
+    def forward(self, ctx: ForwardContext, prefix: str, x: Tensor) -> Tensor:
+        windows = ctx.b.op("unfold2d", x, kernel=self.kernel_size, stride=self.stride)
+        return ctx.b.op("max", windows, axis=(4,))
+
+
+@dataclass
+class GlobalAvgPool2d(Layer):
+    """torch's AdaptiveAvgPool2d(1): the mean over each channel's H x W, kept as (N, C, 1, 1)."""
+
+    def forward(self, ctx: ForwardContext, prefix: str, x: Tensor) -> Tensor:
+        return ctx.b.op("mean", x, axis=(2, 3), keepdims=True)
+
+
+@dataclass
+class Flatten(Layer):
+    """torch's Flatten(): every axis after the first into one."""
+
+    def forward(self, ctx: ForwardContext, prefix: str, x: Tensor) -> Tensor:
+        return ctx.b.op("reshape", x, shape=(x.shape[0], -1))
+
+
+@dataclass
 class Sequential(Layer):
     layers: list[Layer] = field(default_factory=list)
 
@@ -255,6 +322,6 @@ def layer_summary(layer: Layer) -> str:
 
 __all__ = [
     "ForwardContext", "Layer", "ParamSpec", "Linear", "Embedding", "LayerNorm", "ReLU", "GELU", "Dropout",
-    "Sequential", "CausalSelfAttention", "TransformerBlock", "count_params", "layer_summary",
+    "Sequential", "Conv2d", "MaxPool2d", "GlobalAvgPool2d", "Flatten", "CausalSelfAttention", "TransformerBlock", "count_params", "layer_summary",
 ]
 

@@ -47,6 +47,8 @@ def test_unsupported_layer_refusal_lists_the_supported_ones():
     # every listed layer converts (the list cannot drift from what to_layer takes)
     examples = {"Linear": nn.Linear(2, 3), "Embedding": nn.Embedding(5, 2), "LayerNorm": nn.LayerNorm(2),
                 "GELU": nn.GELU(), "ReLU": nn.ReLU(), "Dropout": nn.Dropout(0.1), "Sequential": nn.Sequential(),
+                "Conv2d": nn.Conv2d(2, 3, 3), "MaxPool2d": nn.MaxPool2d(2), "AdaptiveAvgPool2d": nn.AdaptiveAvgPool2d(1),
+                "Flatten": nn.Flatten(),
                 "CausalSelfAttention": torch_bridge.CausalSelfAttention(4, 2),
                 "TransformerBlock": torch_bridge.TransformerBlock(4, 2, 8), "TinyGPT": TinyGPT(5, 4, 4, 1, 2, 8)}
     assert sorted(examples) == sorted(SUPPORTED_LAYERS)
