@@ -70,6 +70,12 @@ MIGRATIONS: list[str] = [
         seen    REAL NOT NULL
     );
     """,
+    # 2 -> 3: the block at which each job was seen final, so a reorganisation from a block
+    # at or below it un-marks the job. Rows from before it say 0 (not known; never un-marked).
+    """
+    ALTER TABLE final_on_chain ADD COLUMN block INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX final_on_chain_by_block ON final_on_chain(block);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -256,10 +262,26 @@ class Storage:
 
     # -- jobs final on chain (the keeper's) -----------------------------------------
 
-    def mark_final(self, job_id: bytes, status: str) -> None:
-        """Remember that ``job_id`` is over on chain (``status``: FINALIZED or REFUNDED)."""
-        self._write("INSERT OR IGNORE INTO final_on_chain(job_id, status, seen) VALUES (?,?,?)",
-                    (job_id, status, time.time()))
+    def mark_final(self, job_id: bytes, status: str, block: int) -> None:
+        """Remember that ``job_id`` is over on chain (``status``: FINALIZED or REFUNDED), as
+        seen at ``block`` (at or above the block that made it so)."""
+        self._write("INSERT OR IGNORE INTO final_on_chain(job_id, status, seen, block) VALUES (?,?,?,?)",
+                    (job_id, status, time.time(), block))
+
+    def unmark_final_from(self, block: int) -> list[bytes]:
+        """Forget that the jobs marked final at ``block`` or above are over (a reorganisation
+        replaced those blocks); returns their ids."""
+        with self._lock:
+            db = self._conn()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                ids = [r[0] for r in db.execute("SELECT job_id FROM final_on_chain WHERE block >= ?", (block,))]
+                db.execute("DELETE FROM final_on_chain WHERE block >= ?", (block,))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return ids
 
     def final_status(self, job_id: bytes) -> str | None:
         rows = self._read("SELECT status FROM final_on_chain WHERE job_id=?", (job_id,))

@@ -15,7 +15,9 @@ checks it against the signed root and the root committed on chain, then replays:
 A mismatch (or a provider that cannot serve its own checkpoints) leads to the auditor's
 own full run; if its trace root differs, it opens a dispute on chain with a bond of the
 job's provider stake and plays the game as the challenger, with its own run as its oracle.
-Audit results live in the job's row: ``audits[provider key] = {state, ...}``.
+Audit results live in the job's row: ``audits[provider key] = {state, ...}``. A restarted
+auditor first reconciles its jobs with the chain: the audits of a job already over there
+are dropped (the row ``closed``), those of a job the chain does not know too (``lost``).
 """
 from __future__ import annotations
 
@@ -33,18 +35,19 @@ from protocol.sampling import sample_size
 
 from ..errors import LocalError, PeerError, is_transient
 from ..framing import pack, unpack
-from .chain import chain_failures, forget_lost_jobs, watch_chain
-from .context import PartySpec, RoleContext
+from .chain import chain_failures, describe_chain_error, withdraw_credit
+from .chain_watch import forget_lost_jobs
+from .context import PartySpec, RoleContext, terms_of
 from .jobfiles import BundleError, job_dir
 from .job_protocols import JOB_LIMITS, JOB_PROTOCOL, TOPIC_COMMITMENTS, TOPIC_JOBS, CommitmentNotice, JobAnnouncement, TraceReport, trace_request
-from .provider import _chain_error, _terms, withdraw_credit
 from .runner import JobRun, RunFailed, RunStopped, resolve_device, trace_hashes
 
 log = logging.getLogger(__name__)
 
 ROLE = "auditor"
 AUDIT_DIR = "audit-run"
-FINAL = ("ok", "challenged", "mismatch", "failed")
+FINAL = ("ok", "challenged", "mismatch", "failed", "dropped")  # dropped: the job was over on chain first
+LIVE = ("watching", "auditing")  # a job's states while audits may still come or run
 PENDING_NOTICES = 256
 COLLECT_POLL = 5.0
 # An audit cut off by the network (provider or client out of reach, slow, stream reset) is
@@ -70,8 +73,10 @@ class AuditorRole:
         await ctx.on_gossip(TOPIC_JOBS, self._on_job)
         await ctx.on_gossip(TOPIC_COMMITMENTS, self._on_commitment)
         await ctx.wait_chain()
-        watch_chain(ctx, lambda old, new: forget_lost_jobs(ctx, ROLE, ("watching", "auditing"), old, new))
+        ctx.chain_watch.on_lost.append(lambda old, new: forget_lost_jobs(ctx, ROLE, LIVE, old, new))
         for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
+            if job.state not in LIVE or not await self._reconcile(job.job_id):
+                continue
             record = unpack(job.spec)
             for key, entry in record.get("audits", {}).items():
                 if entry["state"] not in FINAL:
@@ -94,6 +99,32 @@ class AuditorRole:
                 except RunStopped:
                     return
                 self._tries.pop((job_id, key), None)  # the audit reached its end
+
+    async def _reconcile(self, job_id: bytes) -> bool:
+        """After a restart, before any audit: a job already over on chain has nothing left to
+        audit (its audits dropped, the row ``closed``); one the chain does not know is ``lost``.
+        True when the job is still open. A chain that cannot answer now is no verdict."""
+        from contracts import JobStatus
+
+        ctx = self.ctx
+        chain = ctx.chain
+        try:
+            status = (await chain.run(chain.settlement.job, job_id)).status
+        except chain_failures() as error:
+            log.info("job %s: reconciling with the chain: %s", job_id.hex()[:12], describe_chain_error(error))
+            return True
+        if status not in (JobStatus.FINALIZED, JobStatus.REFUNDED, JobStatus.NONE):
+            return True
+        async with ctx.job_lock(job_id):
+            job, record = await ctx.load_job(job_id)
+            why = f"the job was {status.name} on chain before the audit ended" if status != JobStatus.NONE \
+                else "the chain does not know the job"
+            dropped = [key for key, entry in record["audits"].items() if entry["state"] not in FINAL]
+            for key in dropped:
+                record["audits"][key].update(state="dropped", detail=why)
+            await ctx.save_job(job_id, ROLE, "closed" if status != JobStatus.NONE else "lost", record)
+        log.info("job %s: %s (found on restart): %d audit(s) dropped", job_id.hex()[:12], why, len(dropped))
+        return False
 
     async def _requeue(self, job_id: bytes, key: str, delay: float) -> None:
         await trio.sleep(delay)
@@ -145,7 +176,7 @@ class AuditorRole:
         ctx = self.ctx
         async with ctx.job_lock(job_id):
             job, record = await ctx.load_job(job_id)
-            if job.role != ROLE or job.state == "skipped" or key in record["audits"]:
+            if job.role != ROLE or job.state in ("skipped", "closed", "lost") or key in record["audits"]:
                 return
             record["audits"][key] = entry
             await ctx.save_job(job_id, ROLE, "auditing", record)
@@ -165,7 +196,7 @@ class AuditorRole:
         ctx = self.ctx
         job, record = await ctx.load_job(job_id)
         entry = record["audits"][key]
-        signed = _terms(record)
+        signed = terms_of(record)
         terms = signed.terms
         provider = ctx.peer_of(bytes.fromhex(key))
         client = ctx.peer_of(terms.client)
@@ -219,8 +250,8 @@ class AuditorRole:
             opened = await chain.run(chain.settlement.open_dispute, job_id, report.account)
         except chain_failures() as error:
             await self._mark(job_id, key, "mismatch", f"first differing checkpoint {first}; not challenged: "
-                                                     f"{_chain_error(error)}")
-            log.info("job %s: not challenging %s: %s", job_id.hex()[:12], key[:8], _chain_error(error))
+                                                     f"{describe_chain_error(error)}")
+            log.info("job %s: not challenging %s: %s", job_id.hex()[:12], key[:8], describe_chain_error(error))
             return
         chain_dispute = opened.one(DisputeOpened).dispute_id
         spec = PartySpec(signed, ROLE, lambda: run.oracle(trace))
@@ -274,7 +305,7 @@ class AuditorRole:
         loaded = await self.ctx.load_job(job_id)
         if loaded is None or loaded[0].role != ROLE:
             return None
-        signed = _terms(loaded[1])
+        signed = terms_of(loaded[1])
         training, program = await self.ctx.prepare_job(job_id, signed, loaded[1]["bundle"], [])
         run, trace = await self._own_run(job_id, training, program)
         return PartySpec(signed, ROLE, lambda: run.oracle(trace))

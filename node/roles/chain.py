@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import blake3
 import trio
@@ -69,12 +68,50 @@ def format_ether(wei: int) -> str:
 
 def chain_failures() -> tuple[type[Exception], ...]:
     """What a settlement call raises when the chain refuses it or fails: ``contracts``'
-    ``SettlementError`` (a revert, an RPC failure, a transaction the chain will not take).
-    Imported on use, like contracts everywhere in node (``except chain_failures()``
-    evaluates it only when an error is raised)."""
+    ``SettlementError`` (a revert, an RPC failure, a transaction the chain will not take),
+    and eth_abi's ``DecodingError`` for a reply that does not decode (an empty one: no
+    contract code at the address any more, as on a restarted dev chain). Imported on use,
+    like contracts everywhere in node (``except chain_failures()`` evaluates it only when
+    an error is raised)."""
+    from eth_abi.exceptions import DecodingError
+
     from contracts import SettlementError
 
-    return (SettlementError,)
+    return (SettlementError, DecodingError)
+
+
+def describe_chain_error(error: BaseException) -> str:
+    """One line for a failed settlement call: a revert's custom error and its arguments, a
+    reply that does not decode said in words (the chain watch says why, on its next look),
+    else the exception's type and message."""
+    from eth_abi.exceptions import DecodingError
+
+    if isinstance(error, DecodingError):
+        return "the contract's answer does not decode (no contract code at its address any more?)"
+    name = getattr(error, "name", None)
+    return f"{name} {getattr(error, 'arguments', '')}" if name else f"{type(error).__name__}: {error}"
+
+
+async def withdraw_credit(ctx: Any) -> int:
+    """Withdraw the credit of ``ctx``'s node on the contract, if any; returns the amount.
+    Never raises for the chain: the roles' settle loops call it and retry on their next pass."""
+    chain = ctx.chain
+    s = chain.settlement
+    if chain.stale:  # the chain changed: nothing to read here until the watch joined the new one
+        await trio.lowlevel.checkpoint()
+        return 0
+    try:
+        credit = await chain.run(s.credit_of, chain.account)
+        if credit:
+            await chain.run(s.withdraw)
+            log.info("withdrew %s ether", format_ether(credit))
+        return credit
+    except chain_failures() as error:
+        log.info("withdrawing: %s", describe_chain_error(error))
+        return 0
+    except Exception:  # broad: the settle loops call this and must outlive any failure: the next pass retries
+        log.exception("withdrawing failed")
+        return 0
 
 
 def account_key(seed: bytes) -> bytes:
@@ -183,74 +220,28 @@ class ChainBinding:
         """The Ed25519 node key ``account`` registered (32 zero bytes when none)."""
         return self.settlement.node(account).ed25519_key
 
+    def forget_nonces_sync(self) -> None:
+        """Read our account's nonce from the chain before the next transaction: an RPC chain
+        counts nonces in this process, and a reorganisation may have dropped transactions
+        we sent (counting on from them would queue the next one behind a gap for ever)."""
+        nonces = getattr(self.chain, "_nonces", None)  # contracts.RpcChain's count; the embedded EVM has none
+        if nonces is not None:
+            nonces.clear()
+
+    def block_sync(self, number: int | None = None) -> tuple[int, str]:
+        """(number, hash) of block ``number``, or of the latest block when None. An RPC
+        chain's only: the embedded EVM lives and dies with the process, it cannot reorganise."""
+        from contracts.chain import _int
+
+        block = self.chain.rpc("eth_getBlockByNumber", "latest" if number is None else hex(number), False)
+        if block is None:
+            raise LocalError(f"the chain has no block {number}")
+        return _int(block["number"]), block["hash"]
+
     def close(self) -> None:
         """Release the RPC connection (the embedded chain lives as long as the process)."""
         if not hasattr(self.chain, "tester"):
             self.chain.close()
-
-
-# -- the chain watch ---------------------------------------------------------------
-
-CHAIN_WATCH = 2.0
-Forget = Callable[[ChainBinding, ChainBinding], Awaitable[None]]
-_watches: "weakref.WeakKeyDictionary[Any, list[Forget]]" = weakref.WeakKeyDictionary()
-
-
-def watch_chain(ctx: Any, forget: Forget) -> None:
-    """Watch ``ctx``'s chain (one watch per node, started by its first role) and, when it
-    changes (another genesis, no contract code: anvil restarted), say so in one line, join
-    the new chain as the node did at start (``RoleContext.connect_chain``: the canonical
-    deployment found or made, the node registered and staked as configured) and call each
-    role's ``forget(old, new)`` to drop the jobs the new chain does not know."""
-    forgets = _watches.get(ctx)
-    if forgets is None:
-        forgets = _watches[ctx] = []
-        ctx.start_soon(_watch, ctx, forgets, name="chain watch")
-    forgets.append(forget)
-
-
-async def _watch(ctx: Any, forgets: list[Forget]) -> None:
-    silent = False
-    while True:
-        await trio.sleep(CHAIN_WATCH)
-        old = ctx.chain
-        try:
-            reason = await old.run(old.changed_sync)
-        except (chain_failures() + (LocalError, OSError)) as error:
-            if not silent:  # one line for a chain that went away, not one per poll
-                log.warning("the settlement chain does not answer (%s); watching for its return", error)
-                silent = True
-            continue
-        if silent and reason is None:
-            log.info("the settlement chain answers again")
-        silent = False
-        if reason is None:
-            continue
-        old.stale = reason
-        log.warning("%s: joining it as at start, forgetting the jobs it does not know", reason)
-        await ctx.connect_chain()
-        for forget in forgets:
-            await forget(old, ctx.chain)
-        old.close()
-
-
-async def forget_lost_jobs(ctx: Any, role: str, states: tuple[str, ...], old: ChainBinding, new: ChainBinding) -> list[bytes]:
-    """Mark ``role``'s jobs in ``states`` that the new chain does not know as ``lost`` (the
-    row kept, its record naming the chain it was lost with); returns their ids."""
-    from contracts import JobStatus
-
-    lost = []
-    for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=role)):
-        if job.state not in states or (await new.run(new.settlement.job, job.job_id)).status != JobStatus.NONE:
-            continue
-        loaded = await ctx.load_job(job.job_id)
-        record = dict(loaded[1] if loaded else {}, lost_with_chain={"chain_id": old.identity[0], "genesis": old.identity[1],
-                                                                    "state": job.state})
-        await ctx.save_job(job.job_id, role, "lost", record)
-        lost.append(job.job_id)
-    if lost:
-        log.warning("%d %s job(s) lost with the old chain: %s", len(lost), role, ", ".join(j.hex()[:12] for j in lost))
-    return lost
 
 
 def chain_identity_sync(chain: Any) -> tuple[int, str]:

@@ -19,23 +19,24 @@ from typing import Any, Callable
 import trio
 from libp2p.peer.id import ID
 
-from protocol import Commitment, Envelope, JobOffer, LocalProtocolError, RemoteProtocolError, hash_tree
+from protocol import (
+    Commitment, Envelope, JobOffer, LocalProtocolError, RemoteProtocolError, decode_envelope, hash_tree,
+)
 from protocol.settings import CLIENT_SETTINGS, JobSettings
 
 from ..errors import BadMessage, LocalError, PeerError
 from ..framing import pack, unpack
 from ..streams import RequestRefused
-from .chain import ETHER, chain_failures, format_ether
+from .chain import ETHER, chain_failures, describe_chain_error, format_ether, withdraw_credit
 from .context import RoleContext
-from .client_result import fetch_result, settle_result, standing_reports, write_summary
+from .client_result import fetch_result, job_summary, settle_result, standing_reports, write_summary
 from .jobfiles import JOB_FILE, BundleError, bundle_of_file, encode_bundle, install_job, job_dir, load_training
 from .job_protocols import (
     JOB_LIMITS, JOB_PROTOCOL, TOPIC_JOBS, TOPIC_PROVIDERS, Advert, Challenge, JobAnnouncement, Offer,
     TraceReport, trace_request,
 )
-from .provider import _chain_error, withdraw_credit
 from .client_job import (
-    DONE_STATES, ENDED_FINALIZED, ENDED_REFUNDED, ENDED_UNFILLED, HANDED, JOB_FINALIZED, JOB_MISSING, JOB_OPENED,
+    DONE_STATES, HANDED, JOB_FINALIZED, JOB_MISSING, JOB_OPENED,
     JOB_REFUNDED, OPENED, REPORTS_IN, RESULT_CHECKED, SEATS_FILLED, SEATS_UNFILLED, SUBMITTED, UNFILLED, VERIFIED,
     VERIFYING, ClientJob, Phase, default_windows, ended, estimate_step_seconds, phase_of, step_seconds,
     verified_summary,
@@ -51,6 +52,7 @@ OFFER_TIMEOUT = 180.0  # a provider fetches the bundle and builds the program be
 ADVERT_FRESH = 30.0
 ADVERTS_KEPT = 3
 POLL = 1.0
+CHAIN_RETRY = 5.0  # seconds before a state's work that the chain failed is tried again
 WAIT_UNTIL = ("verified", "settled")  # where `ClientRole.wait` may stop
 ANNOUNCED = (HANDED, VERIFYING, VERIFIED)  # a job is announced to auditors from the time it is handed out
 
@@ -93,6 +95,7 @@ class ClientRole:
         ctx.open_handler = self.referee.on_open
         await ctx.on_gossip(TOPIC_PROVIDERS, self._on_advert)
         await ctx.wait_chain()
+        ctx.chain_watch.on_lost.append(self._on_chain_lost)
         for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
             cj = ClientJob(job.job_id, unpack(job.spec), job.state)
             self.jobs[job.job_id] = cj
@@ -230,13 +233,46 @@ class ClientRole:
         """Do each state's work and move the job on by the event it ends in, to the job's end."""
         work = {SUBMITTED: self._find_on_chain, OPENED: self._hand_over, HANDED: self._await_reports,
                 VERIFYING: self._resolve, VERIFIED: self._settle, UNFILLED: self._settle}
-        try:
-            await self._training(cj)
-            while not cj.done.is_set():
-                await self._advance(cj, await work[cj.state](cj))
-        finally:
-            if cj.state in DONE_STATES:
-                cj.done.set()
+        failing = False  # the chain failed the last try: one line per outage, not one per try
+        # Cancelled by the chain watch when the job is lost with its chain (`_on_chain_lost`).
+        with trio.CancelScope() as cj.drive_scope:
+            try:
+                await self._training(cj)
+                while not cj.done.is_set():
+                    try:
+                        event = await work[cj.state](cj)
+                    except chain_failures() as error:
+                        log.log(logging.DEBUG if failing else logging.INFO, "job %s: %s: %s; trying again in %g s",
+                                cj.job_id.hex()[:12], cj.state, describe_chain_error(error), CHAIN_RETRY)
+                        failing = True
+                        await trio.sleep(CHAIN_RETRY)
+                        continue
+                    failing = False
+                    await self._advance(cj, event)
+            finally:
+                cj.drive_scope = None
+                if cj.state in DONE_STATES:
+                    cj.done.set()
+
+    async def _on_chain_lost(self, old: Any, new: Any) -> None:
+        """The chain restarted under us (the chain watch joined the new one): our jobs that
+        the new chain does not know are over, lost with the old chain (failed if never opened)."""
+        from contracts import JobStatus
+
+        from .chain_watch import lost_with
+
+        lost = []
+        for cj in list(self.jobs.values()):
+            if cj.done.is_set() or (await new.run(new.settlement.job, cj.job_id)).status != JobStatus.NONE:
+                continue
+            if cj.drive_scope is not None:
+                cj.drive_scope.cancel()
+            cj.record["lost_with_chain"] = lost_with(old, cj.state)
+            await self._advance(cj, JOB_MISSING)
+            lost.append(cj.job_id)
+        if lost:
+            log.warning("%d client job(s) lost with the old chain, their escrow with it: %s", len(lost),
+                        ", ".join(j.hex()[:12] for j in lost))
 
     async def _advance(self, cj: ClientJob, event: str) -> None:
         """The job's state moves on by ``event`` (in `ClientJob.apply`, the only place it
@@ -256,7 +292,9 @@ class ClientRole:
 
         chain = self.ctx.chain
         try:
-            info = await chain.run(chain.settlement.job, cj.job_id)
+            info, final_at = await self.ctx.chain_watch.read_final(chain, cj.job_id)
+            if info.status in (JobStatus.FINALIZED, JobStatus.REFUNDED) and final_at is None:
+                return  # not deep enough yet: the job's work waits for it
             if info.status == JobStatus.NONE and cj.state != SUBMITTED:
                 log.warning("job %s: the chain does not know the job (%s here): lost", cj.job_id.hex()[:12], cj.state)
                 await self._advance(cj, JOB_MISSING)
@@ -265,7 +303,7 @@ class ClientRole:
                 await self._training(cj)
                 await self._advance(cj, await self._close(cj, info))
         except chain_failures() as error:
-            log.info("job %s: reconciling with the chain: %s", cj.job_id.hex()[:12], _chain_error(error))
+            log.info("job %s: reconciling with the chain: %s", cj.job_id.hex()[:12], describe_chain_error(error))
 
     async def _find_on_chain(self, cj: ClientJob) -> str:
         """A job stopped before or while it was opened on chain: did the chain get it?"""
@@ -319,7 +357,7 @@ class ClientRole:
             seat = await chain.run(chain.settlement.seat, cj.job_id, account)
             registered = await chain.run(chain.key_of_sync, account)
         except chain_failures() as error:
-            log.info("job %s: checking %s's seat: %s", cj.job_id.hex()[:12], peer, _chain_error(error))
+            log.info("job %s: checking %s's seat: %s", cj.job_id.hex()[:12], peer, describe_chain_error(error))
             return
         if not seat.accepted or registered != key:
             log.warning("job %s: %s says it took a seat as %s; the chain disagrees", cj.job_id.hex()[:12], peer, account)
@@ -363,7 +401,7 @@ class ClientRole:
         try:
             return max(0.0, await chain.run(chain.chain.now) - time.time())
         except chain_failures() as error:
-            log.info("reading the chain's clock: %s", _chain_error(error))
+            log.info("reading the chain's clock: %s", describe_chain_error(error))
             return 0.0
 
     async def _fetch_missing_reports(self, cj: ClientJob) -> None:
@@ -383,12 +421,12 @@ class ClientRole:
             except (PeerError, LocalError) as error:
                 log.info("job %s: fetching a trace report: %s", cj.job_id.hex()[:12], error)
             except chain_failures() as error:
-                log.info("job %s: checking a seat: %s", cj.job_id.hex()[:12], _chain_error(error))
+                log.info("job %s: checking a seat: %s", cj.job_id.hex()[:12], describe_chain_error(error))
 
     async def on_commitment(self, peer: ID, obj: dict) -> dict:
         report = TraceReport.from_wire(obj, peer)
         try:
-            envelope = _decode(report.commitment)
+            envelope = decode_envelope(report.commitment)
         except RemoteProtocolError as error:
             raise BadMessage(f"trace report: {error}", peer=peer) from None
         cj = self.jobs.get(envelope.job_id)
@@ -403,7 +441,7 @@ class ClientRole:
 
         report = TraceReport.from_wire(obj, peer)
         try:
-            envelope = _decode(report.commitment)
+            envelope = decode_envelope(report.commitment)
         except RemoteProtocolError as error:
             raise BadMessage(f"trace report: {error}", peer=peer) from None
         if not isinstance(envelope.body, Commitment) or envelope.job_id != cj.job_id:
@@ -435,7 +473,7 @@ class ClientRole:
             if seat["report"] is None:
                 continue
             report = TraceReport.from_wire(seat["report"], None)
-            root = _decode(report.commitment).body.root
+            root = decode_envelope(report.commitment).body.root
             info = await chain.run(chain.settlement.seat, cj.job_id, seat["account"])
             if info.committed and info.trace_root == root.root:
                 valid[key] = report
@@ -443,7 +481,7 @@ class ClientRole:
                 log.warning("job %s: %s's report is not what it committed on chain", cj.job_id.hex()[:12], key[:8])
         groups: dict[bytes, list[str]] = {}
         for key, report in valid.items():
-            groups.setdefault(_decode(report.commitment).body.root.root, []).append(key)
+            groups.setdefault(decode_envelope(report.commitment).body.root.root, []).append(key)
         if len(groups) > 1:
             log.info("job %s: %d different trace roots; starting disputes", cj.job_id.hex()[:12], len(groups))
             first, *others = [members[0] for members in groups.values()]
@@ -502,9 +540,13 @@ class ClientRole:
         accept_by = cj.record["deadlines"]["accept_by"]
         ready_at = accept_by if cj.state == UNFILLED else challenge_by
         while True:
-            info = await chain.run(s.job, cj.job_id)
+            info, final_at = await ctx.chain_watch.read_final(chain, cj.job_id)
+            if final_at is not None:
+                break  # over on chain, and deep enough to hand over what follows from it
             if info.status in (JobStatus.FINALIZED, JobStatus.REFUNDED):
-                break
+                with trio.move_on_after(POLL):
+                    await cj.changed.wait()
+                continue
             now = max(await chain.run(chain.chain.now), int(time.time()))
             running = [x for x in cj.sessions if not x.recorded]
             if info.status == JobStatus.DISPUTED and not running and now >= challenge_by:
@@ -514,7 +556,7 @@ class ClientRole:
                     await chain.run(s.settle, cj.job_id)
                     continue
                 except chain_failures() as error:
-                    log.info("job %s: settling: %s", cj.job_id.hex()[:12], _chain_error(error))
+                    log.info("job %s: settling: %s", cj.job_id.hex()[:12], describe_chain_error(error))
             with trio.move_on_after(POLL):
                 await cj.changed.wait()
         return await self._close(cj, info)
@@ -527,32 +569,10 @@ class ClientRole:
         await withdraw_credit(self.ctx)
         finalized = info.status == JobStatus.FINALIZED
         await settle_result(self.ctx, cj, finalized)
-        cj.record["result"] = await self._summary(cj, info)
+        cj.record["result"] = await job_summary(self.ctx, cj, info)
         await write_summary(self.ctx, cj, cj.record["result"])
         log.info("job %s: settled on chain (%s)", cj.job_id.hex()[:12], info.status.name)
         return JOB_FINALIZED if finalized else JOB_REFUNDED
-
-    async def _summary(self, cj: ClientJob, info: Any) -> dict:
-        chain = self.ctx.chain
-        providers = {}
-        for key, seat in cj.record["seats"].items():
-            on_chain = await chain.run(chain.settlement.seat, cj.job_id, seat["account"])
-            providers[key] = {
-                "peer": seat["peer"], "account": seat["account"],
-                "trace_root": on_chain.trace_root.hex() if on_chain.committed else None,
-                "outcome": "slashed" if on_chain.forfeited else ("paid" if on_chain.committed else "no result"),
-            }
-        from contracts import JobStatus
-
-        unfilled = info.providers_accepted < info.providers_wanted  # the chain's word: our row may be older
-        how = ENDED_FINALIZED if info.status == JobStatus.FINALIZED else ENDED_UNFILLED if unfilled else ENDED_REFUNDED
-        summary = {"job": cj.job_id.hex(), "status": info.status.name, "ended": how, "providers": providers,
-                   "verdicts": cj.record["verdicts"]}
-        if cj.record.get("result_dir"):  # only a result whose root stood (client_result)
-            summary.update({k: cj.record[k] for k in ("result_dir", "result_from", "trace_root")})
-        if cj.record.get("result_dropped"):
-            summary["result_dropped"] = cj.record["result_dropped"]
-        return summary
 
     # -- refereeing: the duty's, this client hands it its jobs ----------------------------
 
@@ -572,12 +592,6 @@ class ClientRole:
     async def _on_ruled(self, cj: ClientJob, summary: dict) -> None:
         cj.record["verdicts"] = [v for v in cj.record["verdicts"] if v["dispute"] != summary["dispute"]] + [summary]
         await self._save(cj)
-
-
-def _decode(data: bytes) -> Envelope:
-    from protocol import decode_envelope
-
-    return decode_envelope(data)
 
 
 __all__ = ["ClientRole", "Phase", "SubmitOptions", "default_windows", "phase_of", "verified_summary"]

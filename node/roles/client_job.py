@@ -31,6 +31,8 @@ does the work of each state, which ends in one of that state's events:
 Reconciling after a restart, before any work: a job the chain settled while the client
 was away moves by ``finalized`` (from verified) or ``refunded`` (from any state); one
 the chain no longer knows is ``lost`` (``missing``; ``failed`` when it was never opened).
+The same ``missing`` ends a job whose chain restarted under the running client (the
+node's chain watch: `chain_watch.ChainWatch`).
 A job is over (``done``) when it reached a state with no way out; every other state is
 resumed from its row after a restart.
 """
@@ -45,8 +47,8 @@ import trio
 from protocol.settings import DEFAULT_JOB_SETTINGS
 
 from ..errors import LocalError
+from .context import terms_of
 from .disputes import RefereeSession
-from .provider import _terms
 
 SUBMITTED, OPENED, HANDED, VERIFYING, VERIFIED = "submitted", "opened", "handed", "verifying", "verified"
 UNFILLED = "unfilled"  # not done: waiting for its refund
@@ -83,6 +85,7 @@ class ClientJob:
     sessions: list[RefereeSession] = field(default_factory=list)
     changed: trio.Event = field(default_factory=trio.Event)
     done: trio.Event = field(default_factory=trio.Event)
+    drive_scope: trio.CancelScope | None = None  # the task doing its states' work, while one does
 
     def apply(self, event: str) -> bool:
         """Move the job on by ``event`` (its state's row of JOB_LIFE); True when its life is
@@ -99,7 +102,7 @@ class ClientJob:
 
     @property
     def terms(self) -> Any:
-        return _terms(self.record)
+        return terms_of(self.record)
 
     def phase(self, now: float) -> "Phase":
         """Where the job stands at chain time ``now``."""

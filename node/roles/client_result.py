@@ -28,6 +28,7 @@ import trio
 from libp2p.peer.id import ID
 
 from ..errors import LocalError, PeerError, is_transient
+from .client_job import ENDED_FINALIZED, ENDED_REFUNDED, ENDED_UNFILLED
 from .jobfiles import JOB_FILE, job_dir, verified_trace
 from .job_protocols import TraceReport
 
@@ -121,6 +122,31 @@ async def settle_result(ctx: Any, cj: Any, finalized: bool) -> None:
         await fetch_result(ctx, cj, standing)
 
 
+async def job_summary(ctx: Any, cj: Any, info: Any) -> dict:
+    """The summary of a job over on chain (``info``, its final status): how it ended, each
+    provider's outcome from its seat, the verdicts, and the result only if it stood."""
+    from contracts import JobStatus
+
+    chain = ctx.chain
+    providers = {}
+    for key, seat in cj.record["seats"].items():
+        on_chain = await chain.run(chain.settlement.seat, cj.job_id, seat["account"])
+        providers[key] = {
+            "peer": seat["peer"], "account": seat["account"],
+            "trace_root": on_chain.trace_root.hex() if on_chain.committed else None,
+            "outcome": "slashed" if on_chain.forfeited else ("paid" if on_chain.committed else "no result"),
+        }
+    unfilled = info.providers_accepted < info.providers_wanted  # the chain's word: our row may be older
+    how = ENDED_FINALIZED if info.status == JobStatus.FINALIZED else ENDED_UNFILLED if unfilled else ENDED_REFUNDED
+    summary = {"job": cj.job_id.hex(), "status": info.status.name, "ended": how, "providers": providers,
+               "verdicts": cj.record["verdicts"]}
+    if cj.record.get("result_dir"):  # only a result whose root stood (settle_result)
+        summary.update({k: cj.record[k] for k in RESULT_KEYS})
+    if cj.record.get("result_dropped"):
+        summary["result_dropped"] = cj.record["result_dropped"]
+    return summary
+
+
 async def write_summary(ctx: Any, cj: Any, summary: dict) -> None:
     out = result_dir(ctx, cj)
 
@@ -149,4 +175,4 @@ def _remove_result(out: Path) -> None:
         (out / name).unlink(missing_ok=True)
 
 
-__all__ = ["fetch_result", "result_dir", "settle_result", "standing_reports", "write_summary"]
+__all__ = ["fetch_result", "job_summary", "result_dir", "settle_result", "standing_reports", "write_summary"]

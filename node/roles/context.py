@@ -36,6 +36,7 @@ from ..peer_identity import peer_id_of_key, public_key_of
 from ..storage import Job
 from ..streams import RequestRefused
 from .chain import ChainBinding, open_binding_sync, parse_ether
+from .chain_watch import ChainWatch
 from .disputes import PartySession, first_seq
 from .jobfiles import JOB_FILE, check_terms, decode_bundle, install_job, job_dir, load_training
 from .job_protocols import (
@@ -92,6 +93,13 @@ def decode_record(raw: bytes) -> dict:
     return unpack(raw)
 
 
+def terms_of(record: dict) -> SignedJobTerms:
+    """The signed job terms a job's record holds."""
+    from protocol.wire import decode_struct
+
+    return decode_struct(SignedJobTerms, record["terms"])
+
+
 class RoleContext:
     def __init__(self, node: Any) -> None:
         self.node = node
@@ -105,6 +113,7 @@ class RoleContext:
         self.chain: ChainBinding | None = None
         self.chain_ready = trio.Event()
         self.chain_error = ""  # why the last connection attempt failed, while it does
+        self.chain_watch = ChainWatch(self)  # the roles add their handlers to its on_lost and on_reorg
         self.started = trio.Event()
         self.roles: dict[str, Any] = {}
         self.trainings: dict[bytes, tuple[Any, Any]] = {}
@@ -134,7 +143,7 @@ class RoleContext:
                 self.host.gossip.set_validator(topic, valid)
                 await self.on_gossip(topic, _ignore)
             await self.connect_chain()
-            await trio.sleep_forever()
+            await self.chain_watch.run()  # every node, client-only ones too
 
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None) -> None:
         """Run a background task of the roles; its failure is logged, never the node's end."""
@@ -430,4 +439,4 @@ def context_of(node: Any) -> RoleContext | None:
     return _contexts.get(node)
 
 
-__all__ = ["ChainUnreachable", "PartySpec", "RoleContext", "context_of", "run_role"]
+__all__ = ["ChainUnreachable", "PartySpec", "RoleContext", "context_of", "run_role", "terms_of"]

@@ -12,10 +12,13 @@ So every node runs a keeper (`run_keeper`, started by `node.runtime` with the ro
 each KEEPER_POLL seconds it reads the status on chain of each job in its database (any
 role's row) not yet known final, and once the deadline of that status passed by
 KEEPER_GRACE seconds (the job's own parties move first) it lapses the overdue disputes
-and settles the job. A job found final is remembered (`Storage.mark_final`) and never
-read again; a job the chain does not know (lost with a restarted chain) is read again
-after NONE_RECHECK seconds. After a pass that settled a job the node withdraws its own
-credit. A restarted node's first pass is its reconciliation of which jobs are over.
+and settles the job. A job found final, once that is `chain_watch.CONFIRMATIONS` blocks
+deep (`ChainWatch.read_final`), is remembered with the block it was seen final at
+(`Storage.mark_final`) and not read again, unless the chain reorganises from that block
+or below (the watch's ``on_reorg``: `Storage.unmark_final_from`, and the job is kept
+again). A job the chain does not know (lost with a restarted chain) is read again after
+NONE_RECHECK seconds. After a pass that settled a job the node withdraws its own credit.
+A restarted node's first pass is its reconciliation of which jobs are over.
 
 Settings are module constants for now (not in the node's config).
 """
@@ -28,9 +31,8 @@ from typing import Any
 
 import trio
 
-from .chain import chain_failures
+from .chain import chain_failures, describe_chain_error, withdraw_credit
 from .context import RoleContext, context_of
-from .provider import _chain_error, withdraw_credit
 from .referee import RefereeDuty
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,7 @@ async def run_keeper(node: Any) -> None:
         await trio.sleep(0.2)
     await ctx.wait_chain()
     keeper = _keepers[node] = Keeper(ctx)
+    ctx.chain_watch.on_reorg.append(keeper.on_reorg)
     await keeper.run()
 
 
@@ -66,6 +69,7 @@ class Keeper:
         self.grace = grace
         self.next_look: dict[bytes, float] = {}  # job id -> chain time before which nothing can be done
         self.settled: list[bytes] = []  # the jobs this keeper settled, in order
+        self.passes = 0  # passes over the jobs done (for tools and tests: "a pass after X")
 
     async def run(self) -> None:
         while True:
@@ -83,7 +87,7 @@ class Keeper:
         try:
             now = max(await chain.run(chain.chain.now), int(time.time()))
         except chain_failures() as error:
-            log.info("keeper: reading the chain's clock: %s", _chain_error(error))
+            log.info("keeper: reading the chain's clock: %s", describe_chain_error(error))
             return []
         settled = []
         for job_id in await storage.run(storage.jobs_not_final):
@@ -93,11 +97,22 @@ class Keeper:
                 if await self._keep(chain, job_id, now):
                     settled.append(job_id)
             except chain_failures() as error:
-                log.info("keeper: job %s: %s", job_id.hex()[:12], _chain_error(error))
+                log.info("keeper: job %s: %s", job_id.hex()[:12], describe_chain_error(error))
         if settled:
             self.settled += settled
             await withdraw_credit(ctx)
+        self.passes += 1
         return settled
+
+    async def on_reorg(self, first: int) -> None:
+        """Blocks from ``first`` on were replaced: what we saw final in them is read again."""
+        storage = self.ctx.storage
+        again = await storage.run(storage.unmark_final_from, first)
+        for job_id in again:
+            self.next_look.pop(job_id, None)
+        if again:
+            log.info("keeper: %d job(s) seen final in the replaced blocks kept again: %s", len(again),
+                     ", ".join(j.hex()[:12] for j in again))
 
     async def _keep(self, chain: Any, job_id: bytes, now: int) -> bool:
         """Move one job on if its deadline passed; True when this call settled it."""
@@ -105,10 +120,13 @@ class Keeper:
 
         s = chain.settlement
         storage = self.ctx.storage
-        info = await chain.run(s.job, job_id)
-        if info.status in (JobStatus.FINALIZED, JobStatus.REFUNDED):
-            await storage.run(storage.mark_final, job_id, info.status.name)
+        watch = self.ctx.chain_watch
+        info, final_at = await watch.read_final(chain, job_id)
+        if final_at is not None:
+            await storage.run(storage.mark_final, job_id, info.status.name, final_at)
             return False
+        if info.status in (JobStatus.FINALIZED, JobStatus.REFUNDED):
+            return False  # not deep enough yet: read again next pass
         if info.status == JobStatus.NONE:
             self.next_look[job_id] = now + NONE_RECHECK
             return False
@@ -125,8 +143,10 @@ class Keeper:
             if (await chain.run(s.job, job_id)).status == JobStatus.DISPUTED:
                 return False
         await chain.run(s.settle, job_id)
-        final = (await chain.run(s.job, job_id)).status
-        await storage.run(storage.mark_final, job_id, final.name)
+        after, final_at = await watch.read_final(chain, job_id)
+        final = after.status
+        if final_at is not None:
+            await storage.run(storage.mark_final, job_id, final.name, final_at)
         log.info("keeper: job %s settled on chain (%s): its %s deadline passed and nobody had settled it",
                  job_id.hex()[:12], final.name, info.status.name.lower())
         return True

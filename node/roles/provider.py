@@ -38,8 +38,9 @@ from repops_cupy.memory import peak_bytes
 from ..errors import BadMessage, BlobNotFound, PeerError
 from ..framing import pack
 from ..streams import RequestRefused
-from .chain import chain_failures, forget_lost_jobs, format_ether, parse_ether, watch_chain
-from .context import PartySpec, RoleContext
+from .chain import chain_failures, describe_chain_error, format_ether, parse_ether, withdraw_credit
+from .chain_watch import forget_lost_jobs
+from .context import PartySpec, RoleContext, terms_of
 from .jobfiles import RUN_DIR, BundleError, job_dir
 from .job_protocols import (
     JOB_LIMITS, JOB_PROTOCOL, TOPIC_COMMITMENTS, TOPIC_PROVIDERS, Advert, Challenge, CommitmentNotice, Offer,
@@ -85,9 +86,9 @@ class ProviderRole:
         ctx.job_ops["challenge"] = self.on_challenge
         ctx.party_sources.append(self.party_spec)
         await ctx.wait_chain()
-        watch_chain(ctx, self._forget)
+        ctx.chain_watch.on_lost.append(self._forget)
         for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
-            if job.state in ACTIVE_STATES:
+            if job.state in ACTIVE_STATES and await self._reconcile(job.job_id, job.state):
                 self.working.add(job.job_id)
                 ctx.start_soon(self.work, job.job_id, name=f"provider job {job.job_id.hex()[:12]}")
         async with trio.open_nursery() as nursery:
@@ -99,6 +100,38 @@ class ProviderRole:
         for job_id in await forget_lost_jobs(self.ctx, ROLE, ACTIVE_STATES, old, new):
             self.working.discard(job_id)
             self.runs.pop(job_id, None)
+
+    async def _reconcile(self, job_id: bytes, state: str) -> bool:
+        """After a restart, before any work: move the job by what the chain did while we were
+        away (over: settled or slashed once committed, else abandoned; unknown: lost). True
+        when there is work left. A chain that cannot answer now is no verdict: the work
+        reads it again."""
+        from contracts import JobStatus
+
+        chain = self.ctx.chain
+        try:
+            info = await chain.run(chain.settlement.job, job_id)
+            if state in ("committed", "delivered"):
+                if info.status not in (JobStatus.FINALIZED, JobStatus.REFUNDED):
+                    return True
+                seat = await chain.run(chain.settlement.seat, job_id, chain.account)
+                await self._settled(job_id, seat, f"{info.status.name} on chain while this provider was away")
+                return False
+            reason = await self._job_gone(job_id)
+        except chain_failures() as error:
+            log.info("job %s: reconciling with the chain: %s", job_id.hex()[:12], describe_chain_error(error))
+            return True
+        if reason is None:
+            return True
+        await self._abandon(job_id, f"{reason} (found on restart, before resuming its run)")
+        return False
+
+    async def _settled(self, job_id: bytes, seat: Any, how: str) -> None:
+        """Our committed job is over on chain: the row says whether we were paid or slashed."""
+        outcome = "slashed" if seat.forfeited else "settled"
+        await self.ctx.storage.run(self.ctx.storage.set_job_state, job_id, outcome)
+        self.working.discard(job_id)
+        log.info("job %s: %s (%s)", job_id.hex()[:12], how, "slashed" if seat.forfeited else "paid")
 
     # -- adverts -------------------------------------------------------------------------
 
@@ -159,7 +192,7 @@ class ProviderRole:
             try:
                 await ctx.chain.run(s.accept, job_id)
             except chain_failures() as error:
-                raise RequestRefused(f"taking a seat failed: {_chain_error(error)}") from None
+                raise RequestRefused(f"taking a seat failed: {describe_chain_error(error)}") from None
             await ctx.save_job(job_id, ROLE, "accepted", record)
         except BaseException:
             self.working.discard(job_id)
@@ -208,7 +241,7 @@ class ProviderRole:
             if loaded is None:
                 return
             job, record = loaded
-            signed = _terms(record)
+            signed = terms_of(record)
             training, program = await ctx.prepare_job(job_id, signed, record["bundle"], [ctx.peer_of(signed.terms.client)])
             run = self.runs.get(job_id) or JobRun(training, program, job_dir(self.config.data_dir, job_id) / RUN_DIR,
                                                   job_id=job_id, cheat=self.config.cheat, cheats=self.ctx.node.cheats,
@@ -267,7 +300,7 @@ class ProviderRole:
         try:
             reason = await self._job_gone(job_id)
         except chain_failures() as error:
-            log.info("job %s: reading its status on chain: %s", job_id.hex()[:12], _chain_error(error))
+            log.info("job %s: reading its status on chain: %s", job_id.hex()[:12], describe_chain_error(error))
             return
         if reason is not None:
             raise JobGone(reason)
@@ -331,7 +364,7 @@ class ProviderRole:
         except chain_failures() as error:  # JobAlreadyCommitted after a restart is fine if the root is ours
             seat = await ctx.chain.run(s.seat, job_id, ctx.chain.account)
             if not (seat.committed and seat.trace_root == root.root):
-                raise RunFailed(f"committing on chain failed: {_chain_error(error)}") from None
+                raise RunFailed(f"committing on chain failed: {describe_chain_error(error)}") from None
         log.info("job %s: committed trace root %s on chain", job_id.hex()[:12], root.root.hex()[:16])
         return TraceReport(envelope.encode(), hashes, checkpoints, trace_file, ctx.chain.account).to_wire("trace")
 
@@ -396,7 +429,7 @@ class ProviderRole:
         if loaded is None or loaded[0].role != ROLE or "report" not in loaded[1]:
             return None
         job, record = loaded
-        signed = _terms(record)
+        signed = terms_of(record)
         training, program = await self.ctx.prepare_job(job_id, signed, record["bundle"], [])
         run = self.runs.get(job_id) or JobRun(training, program, job_dir(self.config.data_dir, job_id) / RUN_DIR,
                                               job_id=job_id, cheat=self.config.cheat, cheats=self.ctx.node.cheats,
@@ -438,7 +471,7 @@ class ProviderRole:
         try:
             opened = await chain.run(s.open_dispute, challenge.job, challenge.account)
         except chain_failures() as error:
-            raise RequestRefused(f"opening the dispute on chain failed: {_chain_error(error)}") from None
+            raise RequestRefused(f"opening the dispute on chain failed: {describe_chain_error(error)}") from None
         chain_dispute = opened.one(DisputeOpened).dispute_id
         ctx.start_soon(ctx.challenge, spec, defender_root, chain_dispute, record["client_addrs"],
                        name=f"challenge in job {challenge.job.hex()[:12]}")
@@ -473,36 +506,12 @@ class ProviderRole:
                         info = await chain.run(s.job, job.job_id)
                     if info.status in (JobStatus.FINALIZED, JobStatus.REFUNDED):
                         seat = await chain.run(s.seat, job.job_id, chain.account)
-                        await ctx.storage.run(ctx.storage.set_job_state, job.job_id, "slashed" if seat.forfeited else "settled")
-                        self.working.discard(job.job_id)
-                        log.info("job %s: settled on chain (%s)", job.job_id.hex()[:12],
-                                 "slashed" if seat.forfeited else "paid")
+                        await self._settled(job.job_id, seat, "settled on chain")
                 except chain_failures() as error:
-                    log.info("job %s: checking settlement: %s", job.job_id.hex()[:12], _chain_error(error))
+                    log.info("job %s: checking settlement: %s", job.job_id.hex()[:12], describe_chain_error(error))
                 except Exception:  # broad: the settle loop outlives any one job's failure: the next pass retries
                     log.exception("job %s: checking settlement failed", job.job_id.hex()[:12])
             await withdraw_credit(ctx)
-
-
-async def withdraw_credit(ctx: RoleContext) -> int:
-    """Withdraw this node's credit on the contract, if any; returns the amount."""
-    chain = ctx.chain
-    s = chain.settlement
-    if chain.stale:  # the chain changed: nothing to read here until the watch joined the new one
-        await trio.lowlevel.checkpoint()
-        return 0
-    try:
-        credit = await chain.run(s.credit_of, chain.account)
-        if credit:
-            await chain.run(s.withdraw)
-            log.info("withdrew %s ether", format_ether(credit))
-        return credit
-    except chain_failures() as error:
-        log.info("withdrawing: %s", _chain_error(error))
-        return 0
-    except Exception:  # broad: the settle loops call this and must outlive any failure: the next pass retries
-        log.exception("withdrawing failed")
-        return 0
 
 
 def step_peak_bytes(training: Any) -> int | None:
@@ -512,16 +521,4 @@ def step_peak_bytes(training: Any) -> int | None:
     return peak_bytes(training.graph)
 
 
-def _terms(record: dict) -> Any:
-    from protocol import SignedJobTerms
-    from protocol.wire import decode_struct
-
-    return decode_struct(SignedJobTerms, record["terms"])
-
-
-def _chain_error(error: BaseException) -> str:
-    name = getattr(error, "name", None)
-    return f"{name} {getattr(error, 'arguments', '')}" if name else f"{type(error).__name__}: {error}"
-
-
-__all__ = ["ProviderRole", "withdraw_credit"]
+__all__ = ["ProviderRole"]

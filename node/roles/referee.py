@@ -35,11 +35,10 @@ from protocol import Envelope, OpenDispute, Referee, RemoteProtocolError, Signed
 
 from ..framing import unpack
 from ..streams import RequestRefused
-from .chain import chain_failures
+from .chain import chain_failures, describe_chain_error
 from .context import RoleContext
 from .disputes import RefereeSession, first_seq, outcome_of
 from .job_protocols import TOPIC_VERDICTS
-from .provider import _chain_error
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +105,7 @@ class RefereeDuty:
             respondent_seat = await chain.run(s.seat, job.job_id, d.respondent)
             challenger_seat = await chain.run(s.seat, job.job_id, d.challenger)
         except chain_failures() as error:
-            raise RequestRefused(f"chain dispute #{chain_dispute}: {_chain_error(error)}") from None
+            raise RequestRefused(f"chain dispute #{chain_dispute}: {describe_chain_error(error)}") from None
         if d.job_id != job.job_id or d.status != DisputeStatus.OPEN:
             raise RequestRefused(f"chain dispute #{chain_dispute} is not an open dispute of this job")
         if challenger_key != envelope.sender or respondent_key != body.defender_root.signer:
@@ -186,7 +185,7 @@ class RefereeDuty:
                 log.info("job %s: verdict recorded on chain (dispute #%d)", job_id.hex()[:12], session.chain_dispute)
             except chain_failures() as error:
                 summary["recorded"] = False
-                log.warning("job %s: recording the verdict: %s", job_id.hex()[:12], _chain_error(error))
+                log.warning("job %s: recording the verdict: %s", job_id.hex()[:12], describe_chain_error(error))
         session.recorded = True
         await self._save_session(session)
         job = self.jobs(job_id)
@@ -215,7 +214,7 @@ class RefereeDuty:
                         log.info("job %s: chain dispute #%d lapsed without a verdict", job_id.hex()[:12],
                                  event.dispute_id)
         except chain_failures() as error:
-            log.info("job %s: lapsing disputes: %s", job_id.hex()[:12], _chain_error(error))
+            log.info("job %s: lapsing disputes: %s", job_id.hex()[:12], describe_chain_error(error))
 
 
 __all__ = ["RefereeDuty", "RefereedJob"]

@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.anvil,
 
 @trio_test(timeout=180)
 async def test_a_node_whose_chain_restarts_joins_the_new_chain_and_forgets_its_jobs(tmp_path, monkeypatch):
-    lines = Lines("node.roles.chain", monkeypatch)
+    lines = Lines("node.roles.chain_watch", monkeypatch)
     everything = Lines("node", monkeypatch)
     first = AnvilProcess().start()
     second = None

@@ -39,6 +39,36 @@ def test_newer_schema_is_refused(tmp_path):
         Storage(path)
 
 
+def test_a_schema_2_database_keeps_its_rows_and_marks_final_with_blocks_after_migrating(tmp_path):
+    from node.storage import MIGRATIONS
+
+    path = tmp_path / "db"
+    raw = sqlite3.connect(path)  # a database as schema 2 left it, with a job the keeper saw final
+    for migration in MIGRATIONS[:2]:
+        raw.executescript(migration)
+    raw.execute("PRAGMA user_version = 2")
+    raw.execute("INSERT INTO jobs(job_id, spec, role, state, updated) VALUES (?, x'00', 'client', 'settled', 1.0)",
+                (b"o" * 32,))
+    raw.execute("INSERT INTO final_on_chain(job_id, status, seen) VALUES (?, 'FINALIZED', 1.0)", (b"o" * 32,))
+    raw.commit()
+    raw.close()
+    with Storage(path) as db:
+        assert db.schema_version == SCHEMA_VERSION == 3
+        assert db.get_job(b"o" * 32).state == "settled" and db.final_status(b"o" * 32) == "FINALIZED"
+        for job_id in (b"p" * 32, b"q" * 32, b"r" * 32):
+            db.put_job(Job(job_id, b"", "provider", "delivered"))
+        db.mark_final(b"p" * 32, "FINALIZED", 10)
+        db.mark_final(b"q" * 32, "REFUNDED", 12)
+        db.mark_final(b"r" * 32, "REFUNDED", 14)
+        assert db.jobs_not_final() == []
+        # A reorganisation from block 12: what was seen final there or later is read again;
+        # the row from before the migration (block unknown, 0) stays.
+        assert sorted(db.unmark_final_from(12)) == [b"q" * 32, b"r" * 32]
+        assert sorted(db.jobs_not_final()) == [b"q" * 32, b"r" * 32]
+        assert db.final_status(b"p" * 32) == "FINALIZED" and db.final_status(b"o" * 32) == "FINALIZED"
+        assert db.unmark_final_from(12) == []
+
+
 def test_accessors_round_trip(tmp_path):
     with Storage(tmp_path / "db") as db:
         db.put_job(Job(b"a" * 32, b"spec-a", "provider", "training"))
