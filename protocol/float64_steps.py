@@ -33,6 +33,7 @@ __all__ = [
     "f64_abs", "f64_add", "f64_div", "f64_eq", "f64_fma", "f64_frexp_exponent", "f64_frexp_mantissa",
     "f64_ldexp", "f64_le", "f64_lt", "f64_mul", "f64_neg", "f64_rint", "f64_sqrt", "f64_sub",
     "f64_to_f32", "f64_to_i64", "f64_trunc", "i64_to_f64", "is_nan32", "is_nan64",
+    "bit_and", "bit_or", "f32_canon", "f64_max", "i64_add", "i64_lt", "i64_mul", "i64_sub", "select",
 ]
 
 
@@ -411,7 +412,63 @@ STEPS: dict[str, Step] = {
 }
 
 
-FLOAT32_OPERANDS = frozenset({"f32_to_f64", "f32_add", "f32_sub", "f32_mul", "f32_div", "f32_sqrt"})
+# --- glue steps of the element programs (protocol/step_trace.py): selects, int64, bits -------
+
+
+def select(cond: int, a: int, b: int) -> int:
+    """a where cond is nonzero, else b (NumPy's where on one lane)."""
+    return a if cond else b
+
+
+def _i64(x: int) -> int:
+    return x - (1 << 64) if x & (1 << 63) else x
+
+
+def i64_add(a: int, b: int) -> int:
+    return (a + b) & _MASK64
+
+
+def i64_sub(a: int, b: int) -> int:
+    return (a - b) & _MASK64
+
+
+def i64_mul(a: int, b: int) -> int:
+    return (a * b) & _MASK64
+
+
+def i64_lt(a: int, b: int) -> int:
+    """Signed a < b of two int64 bit patterns, 1 or 0."""
+    return 1 if _i64(a) < _i64(b) else 0
+
+
+def bit_or(a: int, b: int) -> int:
+    return a | b
+
+
+def bit_and(a: int, b: int) -> int:
+    return a & b
+
+
+def f64_max(a: int, b: int) -> int:
+    """The larger of a and b, NaN first (quieted) when either is NaN; a when they compare equal."""
+    nan = _first_nan(F64, a, b)
+    if nan is not None:
+        return nan
+    return b if f64_lt(a, b) else a
+
+
+def f32_canon(x: int) -> int:
+    """A float32 NaN becomes the canonical NaN 0x7FC00000 (as tensor hashes store it); others unchanged."""
+    return 0x7FC00000 if is_nan32(x) else x
+
+
+STEPS.update({
+    "select": Step(25, 3, select), "i64_add": Step(26, 2, i64_add), "i64_sub": Step(27, 2, i64_sub),
+    "i64_mul": Step(28, 2, i64_mul), "i64_lt": Step(29, 2, i64_lt), "bit_or": Step(30, 2, bit_or),
+    "bit_and": Step(31, 2, bit_and), "f64_max": Step(32, 2, f64_max), "f32_canon": Step(33, 1, f32_canon),
+})
+
+FLOAT32_OPERANDS = frozenset({"f32_to_f64", "f32_add", "f32_sub", "f32_mul", "f32_div", "f32_sqrt", "f32_canon"})
 
 
 def run_step(name: str, *operands: int) -> int:

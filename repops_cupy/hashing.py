@@ -37,7 +37,7 @@ LOG_LEAF = "roundlog.log"  # the state leaf holding the digest of the step's rou
 
 __all__ = [
     "HASH_SIZE", "LOG_LEAF", "canonical_array", "hash_tensor", "log_digest", "roundlog_named_hashes",
-    "roundlog_state_hash", "sorted_names", "state_hash", "state_leaf", "state_leaves", "state_root",
+    "roundlog_state_hash", "sorted_names", "state_hash", "state_leaf", "state_leaves", "state_root", "tensor_message",
 ]
 
 
@@ -58,15 +58,25 @@ def canonical_array(x: Any) -> np.ndarray:
     return arr
 
 
+def _header(arr: np.ndarray) -> bytes:
+    code = arr.dtype.str.encode()
+    return _DOMAIN + struct.pack("<B", len(code)) + code + struct.pack(f"<I{arr.ndim}Q", arr.ndim, *arr.shape)
+
+
 def hash_tensor(x: Any) -> bytes:
     """32-byte BLAKE3 digest of domain tag, dtype string, rank, shape (u64 each) and bytes."""
     arr = canonical_array(x)
-    code = arr.dtype.str.encode()
-    h = blake3.blake3(_DOMAIN)
-    h.update(struct.pack("<B", len(code)) + code)
-    h.update(struct.pack(f"<I{arr.ndim}Q", arr.ndim, *arr.shape))
+    h = blake3.blake3(_header(arr))
     h.update(memoryview(arr.reshape(-1)).cast("B"))
     return h.digest()
+
+
+def tensor_message(x: Any) -> tuple[bytes, int]:
+    """(the bytes `hash_tensor` hashes, the header's length): element i's bytes start at
+    header + i * itemsize, which is what a chunk proof against the tensor hash opens (issue 18)."""
+    arr = canonical_array(x)
+    header = _header(arr)
+    return header + arr.reshape(-1).tobytes(), len(header)
 
 
 # --- named leaves and state hashes -------------------------------------------------------

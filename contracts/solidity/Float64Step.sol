@@ -394,4 +394,82 @@ library Float64Step {
     function sqrt32(uint32 a) internal pure returns (uint32) {
         return f64ToF32(sqrt(f32ToF64(a)));
     }
+
+    // --- glue steps of the element programs (protocol/step_trace.py) and the dispatch ---------
+
+    /// @notice The larger of a and b; the first NaN (quieted) when either is NaN; a when equal.
+    function max(uint64 a, uint64 b) internal pure returns (uint64) {
+        (bool nan, uint64 q) = _firstNaN(a, b);
+        if (nan) return q;
+        return lt(a, b) ? b : a;
+    }
+
+    /// @notice Signed a < b of two int64 bit patterns.
+    function ltInt64(uint64 a, uint64 b) internal pure returns (bool) {
+        return int64(a) < int64(b);
+    }
+
+    /// @notice A float32 NaN becomes the canonical NaN 0x7FC00000 (as tensor hashes store it).
+    function canon32(uint32 x) internal pure returns (uint32) {
+        return _isNaN32(x) ? 0x7FC00000 : x;
+    }
+
+    /// @dev A float32 operand: the low 32 bits (the caller's program never sets the others).
+    function _f32(uint64 operand) private pure returns (uint32) {
+        if (operand >> 32 != 0) revert NotAFloat32(operand);
+        return uint32(operand);
+    }
+
+    /// @notice A float32 step got an operand wider than 32 bits.
+    error NotAFloat32(uint64 operand);
+    /// @notice The op code names no step.
+    error UnknownStep(uint8 code);
+
+    /// @notice Step `code` of `protocol.float64_steps.STEPS` on (a, b, c); unary steps ignore b
+    /// and c, binary ones c. Comparisons give 1 or 0.
+    function run(uint8 code, uint64 a, uint64 b, uint64 c) internal pure returns (uint64) {
+        if (code < 8) {
+            if (code == 0) return add(a, b);
+            if (code == 1) return sub(a, b);
+            if (code == 2) return mul(a, b);
+            if (code == 3) return div(a, b);
+            if (code == 4) return sqrt(a);
+            if (code == 5) return fma(a, b, c);
+            if (code == 6) return neg(a);
+            return abs(a);
+        }
+        if (code < 16) {
+            if (code == 8) return lt(a, b) ? 1 : 0;
+            if (code == 9) return le(a, b) ? 1 : 0;
+            if (code == 10) return eq(a, b) ? 1 : 0;
+            if (code == 11) return f32ToF64(_f32(a));
+            if (code == 12) return f64ToF32(a);
+            if (code == 13) return i64ToF64(a);
+            if (code == 14) return f64ToI64(a);
+            return trunc(a);
+        }
+        if (code < 25) {
+            if (code == 16) return rint(a);
+            if (code == 17) return ldexp(a, b);
+            if (code == 18) return frexpMantissa(a);
+            if (code == 19) return frexpExponent(a);
+            if (code == 20) return add32(_f32(a), _f32(b));
+            if (code == 21) return sub32(_f32(a), _f32(b));
+            if (code == 22) return mul32(_f32(a), _f32(b));
+            if (code == 23) return div32(_f32(a), _f32(b));
+            return sqrt32(_f32(a));
+        }
+        unchecked {
+            if (code == 25) return a != 0 ? b : c;
+            if (code == 26) return a + b;
+            if (code == 27) return a - b;
+            if (code == 28) return a * b;
+            if (code == 29) return ltInt64(a, b) ? 1 : 0;
+            if (code == 30) return a | b;
+            if (code == 31) return a & b;
+            if (code == 32) return max(a, b);
+            if (code == 33) return canon32(_f32(a));
+        }
+        revert UnknownStep(code);
+    }
 }

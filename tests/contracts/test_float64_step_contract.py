@@ -22,7 +22,7 @@ from tests.protocol.test_float64_steps import (
 pytestmark = pytest.mark.settlement
 
 BATCH = 400  # cases per eth_call: under the call's 30M gas at the dearest step
-FLOAT32_STEPS = {"f32_add", "f32_sub", "f32_mul", "f32_div", "f32_sqrt", "f32_to_f64"}
+FLOAT32_STEPS = F.FLOAT32_OPERANDS
 EDGES32 = [0, 1, 2, 0x7FFFFF, 0x800000, 0x7F7FFFFF, 0x3F800000, 0x3F800001, 0x7F800000, 0x7FC00000, 0x7F800001,
            0x7FA00123, 0x7FFFFFFF]
 EDGES32 += [x | (1 << 31) for x in EDGES32]
@@ -83,6 +83,10 @@ def operands_for(step: str, rng: np.random.Generator, n: int, all_edges: bool) -
         edge = np.array(EDGES, dtype=U64)
         ea, eb, ec = (rng.choice(edge, len(edge) * 8) for _ in range(3))
         return _ints(np.concatenate([ea, a]), np.concatenate([eb, b]), np.concatenate([ec, c]))
+    if step == "select":
+        a, b = random_bits(rng, n), random_bits(rng, n)
+        cond = np.where(rng.integers(0, 2, n) == 1, random_bits(rng, n), 0).astype(U64)
+        return _ints(cond, a, b)
     ea, eb = edge_pairs()
     if not all_edges:
         pick = rng.choice(len(ea), 4 * len(EDGES), replace=False)

@@ -1,0 +1,108 @@
+"""The Python client of OneStepVerifier.sol: the fourth level of a dispute and its one-step ruling.
+
+Each method sends one transaction from the account it is bound to and returns its receipt
+(gas included); a refused move raises ``ContractRevert`` with the custom error's name.
+Arguments come from ``protocol.step_game`` (setups, commitments, openings), so the
+contract and its Python twin are fed the same bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from protocol.step_game import OUTCOME_CODES, Commitment, Opening, StepSetup
+from protocol.step_trace import Instr
+
+from .abi import ContractAbi
+from .artifacts import load_artifact
+from .chain import Chain, Receipt, RevertData
+
+CONTRACT_NAME = "OneStepVerifier"
+PHASES = ("None", "Commit", "Bisect", "Located", "Done")
+OUTCOMES = {code: name for name, code in OUTCOME_CODES.items()}
+GAS_LIMITS = {"deploy": 6_000_000, "open": 1_000_000, "commit": 3_000_000, "reveal": 300_000,
+              "timeout": 200_000, "rule": 5_000_000}
+
+
+@functools.cache
+def _abi() -> ContractAbi:
+    return ContractAbi(load_artifact(CONTRACT_NAME).abi)
+
+
+@dataclass(frozen=True)
+class GameView:
+    phase: str
+    outcome: str | None
+    depth: int
+    level: int
+    position: int
+    values: tuple[int, int]
+
+
+class StepVerifier:
+    """A deployed OneStepVerifier, sending as `account`."""
+
+    def __init__(self, chain: Chain, address: str, account: str) -> None:
+        self.chain, self.address, self.account = chain, address, account
+
+    @classmethod
+    def deploy(cls, chain: Chain, account: str | None = None) -> "StepVerifier":
+        account = account if account is not None else chain.accounts[0]
+        receipt = chain.transact(account, None, load_artifact(CONTRACT_NAME).bytecode, gas=GAS_LIMITS["deploy"])
+        assert receipt.contract_address is not None
+        return cls(chain, receipt.contract_address, account)
+
+    def connect(self, account: str) -> "StepVerifier":
+        return StepVerifier(self.chain, self.address, account)
+
+    def _transact(self, name: str, *args: Any) -> Receipt:
+        data = _abi().encode_call(name, *args)
+        try:
+            return self.chain.transact(self.account, self.address, data, gas=GAS_LIMITS[name])
+        except RevertData as reverted:
+            raise _abi().revert(reverted.data) from None
+
+    def _call(self, name: str, *args: Any) -> tuple[Any, ...]:
+        data = _abi().encode_call(name, *args)
+        try:
+            return _abi().decode_result(name, self.chain.call(self.address, data, sender=self.account))
+        except RevertData as reverted:
+            raise _abi().revert(reverted.data) from None
+
+    def open(self, setup: StepSetup, challenger: str, defender: str, clock: int) -> tuple[int, Receipt]:
+        """Opens a game; returns its id (read from the Opened event) and the receipt."""
+        receipt = self._transact("open", setup.as_abi(), challenger, defender, clock)
+        for log in receipt.logs:
+            decoded = _abi().decode_log(list(log.topics), log.data)
+            if decoded and decoded[0] == "Opened":
+                return decoded[1]["id"], receipt
+        raise AssertionError("no Opened event")
+
+    def commit(self, game_id: int, setup: StepSetup, c: Commitment) -> Receipt:
+        return self._transact("commit", game_id, setup.as_abi(), c.root, c.chunk, list(c.chunk_siblings),
+                              list(c.last_siblings))
+
+    def reveal(self, game_id: int, left: bytes, right: bytes) -> Receipt:
+        return self._transact("reveal", game_id, left, right)
+
+    def timeout(self, game_id: int) -> Receipt:
+        return self._transact("timeout", game_id)
+
+    def rule(self, game_id: int, setup: StepSetup, instr: Instr, program_proof: Sequence[bytes],
+             openings: Sequence[Opening]) -> Receipt:
+        return self._transact("rule", game_id, setup.as_abi(), instr.word, list(program_proof),
+                              [o.as_abi() for o in openings])
+
+    def game(self, game_id: int) -> GameView:
+        phase, outcome, depth, level, position, values = self._call("game", game_id)
+        return GameView(PHASES[phase], OUTCOMES.get(outcome), depth, level, position, tuple(values))
+
+    def events(self, receipt: Receipt) -> list[tuple[str, dict[str, Any]]]:
+        out = []
+        for log in receipt.logs:
+            decoded = _abi().decode_log(list(log.topics), log.data)
+            if decoded:
+                out.append(decoded)
+        return out
