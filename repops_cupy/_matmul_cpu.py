@@ -112,14 +112,35 @@ if AVAILABLE:
                 rest = (rest - d) >> DIGIT_BITS
             planes[first + step * (DIGITS - 1), j] = rest
 
+    @_jit_serial
+    def _row_digits_into(x, scale, planes, rest):
+        # as _digits_into with one scale for the row, most significant digit first; one
+        # pass per digit over the row (`rest` is scratch of the row's length)
+        n = x.shape[0]
+        for j in range(n):
+            v = np.float64(x[j]) * scale
+            rest[j] = np.int64(np.rint(v if abs(v) < 1e300 else 0.0))
+        for s in range(DIGITS - 1):
+            plane = planes[DIGITS - 1 - s]
+            for j in range(n):
+                r = rest[j]
+                d = ((r + 128) & 255) - 128
+                plane[j] = d
+                rest[j] = (r - d) >> DIGIT_BITS
+        top = planes[0]
+        for j in range(n):
+            top[j] = rest[j]
+
     @_jit
     def split_rows(a, shift, k0, out):
         """Digits of a[:, k0:k0+L] into out (M, DIGITS, L) int8, most significant first."""
         m = a.shape[0]
         width = out.shape[2]
-        for i in prange(m):
-            scale = np.full(width, math.ldexp(1.0, shift[i]))
-            _digits_into(a[i, k0:k0 + width], scale, out[i], DIGITS - 1, -1)
+        blocks = min(m, 64)  # row blocks: one task each, scratch allocated per block
+        for blk in prange(blocks):
+            rest = np.empty(width, np.int64)
+            for i in range(blk * m // blocks, (blk + 1) * m // blocks):
+                _row_digits_into(a[i, k0:k0 + width], math.ldexp(1.0, shift[i]), out[i], rest)
 
     @_jit
     def split_cols(b, shift, k0, out):
@@ -159,6 +180,44 @@ if AVAILABLE:
         for i in prange(m):
             _add_planes(planes, weights, i, hi[i], lo[i])
 
+    @_jit_serial
+    def _round_rows(planes, weights, row_factor, col_factor, hi, lo, out, first, last, rows_per_batch):
+        # rows first..last-1 of `combine`; scratch rows are allocated once per call
+        n = out.shape[1]
+        carry = hi.shape[0] > 0
+        mask = (1 << SPLIT_WEIGHT) - 1
+        h = np.zeros(n, np.int64)
+        low = np.zeros(n, np.int64)
+        total = np.empty(n, np.float64)
+        err = np.empty(n, np.float64)
+        bits = total.view(np.int64)
+        for i in range(first, last):
+            if carry:
+                h[:] = hi[i]
+                low[:] = lo[i]
+            else:
+                h[:] = 0
+                low[:] = 0
+            _add_planes(planes, weights, i, h, low)
+            for j in range(n):
+                top = np.float64(h[j] >> SPLIT_WEIGHT) * 281474976710656.0  # 2^48, exact
+                rest = np.float64(((h[j] & mask) << SPLIT_WEIGHT) | low[j])  # exact, < 2^48
+                t = top + rest
+                total[j] = t
+                err[j] = rest - (t - top)  # Fast2Sum error, exact
+            for j in range(n):
+                # round to odd: an inexact sum with an even last bit moves to its odd
+                # neighbour on the side of the error (branch-free, so the loop vectorises)
+                e = err[j]
+                b = bits[j]
+                fix = np.int64((e != 0.0) & ((b & 1) == 0))
+                step = np.int64(1) if (total[j] > 0.0) == (e > 0.0) else np.int64(-1)
+                bits[j] = b + fix * step
+            cols = col_factor[i // rows_per_batch]
+            rf = row_factor[i]
+            for j in range(n):
+                out[i, j] = np.float32(total[j] * (rf * cols[j]))  # exact: product of powers of two
+
     @_jit
     def combine(planes, weights, row_factor, col_factor, hi, lo, out):
         """out = float32 of (hi * 2^24 + lo + sum_q planes[q] * 2^weights[q]) * factors.
@@ -167,35 +226,12 @@ if AVAILABLE:
         earlier K chunks; pass 0-by-0 arrays when there are none. The rounding follows
         _matmul_spec.round_hi_lo step by step.
         """
-        m, n = out.shape
+        m = out.shape[0]
         rows_per_batch = m // col_factor.shape[0]
-        carry = hi.shape[0] > 0
-        mask = (1 << SPLIT_WEIGHT) - 1
-        for i in prange(m):
-            h = np.zeros(n, np.int64)
-            low = np.zeros(n, np.int64)
-            if carry:
-                h[:] = hi[i]
-                low[:] = lo[i]
-            _add_planes(planes, weights, i, h, low)
-            total = np.empty(n, np.float64)
-            err = np.empty(n, np.float64)
-            for j in range(n):
-                top = np.float64(h[j] >> SPLIT_WEIGHT) * 281474976710656.0  # 2^48, exact
-                rest = np.float64(((h[j] & mask) << SPLIT_WEIGHT) | low[j])  # exact, < 2^48
-                t = top + rest
-                total[j] = t
-                err[j] = rest - (t - top)  # Fast2Sum error, exact
-            bits = total.view(np.int64)
-            for j in range(n):
-                # round to odd: an inexact sum with an even last bit moves to its odd neighbour
-                e = err[j]
-                if e != 0.0 and (bits[j] & 1) == 0:
-                    bits[j] += 1 if (total[j] > 0.0) == (e > 0.0) else -1
-            cols = col_factor[i // rows_per_batch]
-            for j in range(n):
-                factor = row_factor[i] * cols[j]  # exact: a product of two powers of two
-                out[i, j] = np.float32(total[j] * factor)
+        blocks = min(m, 64)  # row blocks: one task each, scratch allocated per block
+        for blk in prange(blocks):
+            _round_rows(planes, weights, row_factor, col_factor, hi, lo, out,
+                        blk * m // blocks, (blk + 1) * m // blocks, rows_per_batch)
 
     parallel = SimpleNamespace(**{n: njit(parallel=True, cache=True, nogil=True)(f) for n, f in _KERNELS.items()})
     serial = SimpleNamespace(**{n: njit(cache=True, nogil=True)(f) for n, f in _KERNELS.items()})
