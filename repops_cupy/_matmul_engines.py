@@ -96,14 +96,18 @@ def int8_planes(lhs: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if m * 4 <= n:
         return _int8_stacked_rows(torch, lhs, rhs)
     planes = np.empty((len(_BLOCKS), nb * m, n), np.int32)
+    a_all = lhs.reshape(nb, m, DIGITS * length)
+    b_all = rhs.reshape(nb, DIGITS * length, n)
+    if nb == 1:  # views cut by NumPy: a torch slice costs twice a NumPy slice and from_numpy
+        mm, wrap = torch._int_mm, torch.from_numpy
+        for q, (_, s0, count, t0) in enumerate(_BLOCKS):
+            mm(wrap(a_all[0, :, s0 * length:(s0 + count) * length]),
+               wrap(b_all[0, t0 * length:(t0 + count) * length]), out=wrap(planes[q]))
+        return planes, _DIAGONAL_WEIGHTS
     out = torch.from_numpy(planes).view(len(_BLOCKS), nb, m, n)
-    a_all = torch.from_numpy(lhs.reshape(nb, m, DIGITS * length))
-    b_all = torch.from_numpy(rhs.reshape(nb, DIGITS * length, n))
+    a_all, b_all = torch.from_numpy(a_all), torch.from_numpy(b_all)
     for q, (_, s0, count, t0) in enumerate(_BLOCKS):
         a_cols, b_rows = slice(s0 * length, (s0 + count) * length), slice(t0 * length, (t0 + count) * length)
-        if nb == 1:
-            torch._int_mm(a_all[0, :, a_cols], b_all[0, b_rows], out=out[q, 0])
-            continue
         for a, b, o in zip(a_all[:, :, a_cols].unbind(0), b_all[:, b_rows].unbind(0), out[q].unbind(0)):
             torch._int_mm(a, b, out=o)
     return planes, _DIAGONAL_WEIGHTS
