@@ -7,6 +7,12 @@ machine, so the sites are marked exact and never logged; they still round, so th
 optimizer state stays float32-valued. Powers of the betas are built by repeated
 multiplication, not ``**`` (libm ``pow`` is not correctly rounded everywhere).
 
+The parameters that take the same ops (those with weight decay, those without) are
+updated together, as one flat float64 tensor each: every element goes through the same
+operations on the same operands, so the values are those of a per-parameter loop, with
+a rounding site per operation and group instead of per operation and parameter. The
+sites are exact and come last in the step's stream, so only their total length counts.
+
 ``clip_grad_norm`` (both optimizers) scales the gradients as
 ``torch.nn.utils.clip_grad_norm_`` does, with a norm whose bits cannot vary: see
 :meth:`Optimizer.clip_gradients`.
@@ -77,6 +83,31 @@ class Optimizer:
     def decays(self, name: str, p: torch.Tensor) -> bool:
         return self.hyper.get("decay_all", False) or p.dim() >= 2
 
+    def groups(self) -> list[tuple[bool, list[str]]]:
+        """(decays, parameter names in name order): the parameters that take the same ops."""
+        split = {True: [], False: []}
+        for name, p in self.params.items():
+            split[self.decays(name, p)].append(name)
+        return [(flag, names) for flag, names in split.items() if names]
+
+    def gather(self, names: list[str], slot: str | None = None) -> torch.Tensor:
+        """The parameters (slot None), their gradients ("grad") or a state slot of `names`, as one flat tensor."""
+        parts = [(self.params[n] if slot is None else self.params[n].grad if slot == "grad" else self.state[n][slot])
+                 for n in names]
+        return torch.cat([t.reshape(-1) for t in parts]) if len(parts) > 1 else parts[0].reshape(-1)
+
+    def scatter(self, names: list[str], params: torch.Tensor | None = None, **slots: torch.Tensor) -> None:
+        """Write flat results back: new parameter values (copied in), state slots (views of the flat tensor)."""
+        at = 0
+        for n in names:
+            p = self.params[n]
+            span = slice(at, at + p.numel())
+            at = span.stop
+            if params is not None:
+                p.copy_(params[span].view_as(p))
+            for slot, flat in slots.items():
+                self.state[n][slot] = flat[span].view(p.shape)
+
     def named_state(self) -> dict[str, torch.Tensor]:
         out = {f"optim.{n}.{s}": t for n, st in self.state.items() for s, t in st.items()}
         out["optim.steps"] = torch.tensor(self.steps, dtype=torch.int64)
@@ -99,14 +130,13 @@ class SGDMomentum(Optimizer):
         self.steps += 1
         with torch.no_grad():
             self.clip_gradients(rnd)
-            for name, p in self.params.items():
-                g = p.grad
-                if wd and self.decays(name, p):
+            for decays, names in self.groups():
+                p, g, buf = self.gather(names), self.gather(names, "grad"), self.gather(names, "momentum")
+                if wd and decays:
                     g = rnd("optim:sgd", g + rnd("optim:sgd", p * wd, True), True)
-                buf = self.state[name]["momentum"]
                 buf = rnd("optim:sgd", rnd("optim:sgd", buf * mu, True) + g, True)
-                self.state[name]["momentum"] = buf
-                p.copy_(rnd("optim:sgd", p - rnd("optim:sgd", buf * lr, True), True))
+                p = rnd("optim:sgd", p - rnd("optim:sgd", buf * lr, True), True)
+                self.scatter(names, p, momentum=buf)
 
 
 class AdamW(Optimizer):
@@ -121,22 +151,21 @@ class AdamW(Optimizer):
         bc1, bc2 = 1.0 - _power(b1, self.steps), 1.0 - _power(b2, self.steps)
         with torch.no_grad():
             self.clip_gradients(rnd)
-            for name, p in self.params.items():
-                g = p.grad
-                st = self.state[name]
-                if wd and self.decays(name, p):
-                    p.copy_(rnd("optim:adamw", p - rnd("optim:adamw", p * (lr * wd), True), True))
-                m = rnd("optim:adamw", rnd("optim:adamw", st["exp_avg"] * b1, True)
+            for decays, names in self.groups():
+                p, g = self.gather(names), self.gather(names, "grad")
+                if wd and decays:
+                    p = rnd("optim:adamw", p - rnd("optim:adamw", p * (lr * wd), True), True)
+                m = rnd("optim:adamw", rnd("optim:adamw", self.gather(names, "exp_avg") * b1, True)
                         + rnd("optim:adamw", g * (1.0 - b1), True), True)
                 g2 = rnd("optim:adamw", g * g, True)
-                v = rnd("optim:adamw", rnd("optim:adamw", st["exp_avg_sq"] * b2, True)
+                v = rnd("optim:adamw", rnd("optim:adamw", self.gather(names, "exp_avg_sq") * b2, True)
                         + rnd("optim:adamw", g2 * (1.0 - b2), True), True)
-                st["exp_avg"], st["exp_avg_sq"] = m, v
                 m_hat = rnd("optim:adamw", m / bc1, True)
                 v_hat = rnd("optim:adamw", v / bc2, True)
                 denom = rnd("optim:adamw", rnd("optim:adamw", v_hat.sqrt(), True) + eps, True)
                 upd = rnd("optim:adamw", m_hat / denom, True)
-                p.copy_(rnd("optim:adamw", p - rnd("optim:adamw", upd * lr, True), True))
+                p = rnd("optim:adamw", p - rnd("optim:adamw", upd * lr, True), True)
+                self.scatter(names, p, exp_avg=m, exp_avg_sq=v)
 
 
 OPTIMIZERS = {"sgd": SGDMomentum, "adamw": AdamW}
