@@ -74,3 +74,53 @@ async def test_a_node_whose_chain_restarts_joins_the_new_chain_and_forgets_its_j
         if second is not None:
             second.stop()
 
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_submit_whose_chain_restarts_under_it_ends_with_one_line_and_exit_5(tmp_path, monkeypatch):
+    """``gavel submit --wait`` and a provider, each its own process, on anvil; once the job is
+    handed out anvil is killed and a fresh one started on its port. The command says so once,
+    joins the new chain, finds its job gone with the old one and exits 5 (no result)."""
+    import subprocess
+
+    from node.cli.submit import EXIT_NO_RESULT
+
+    from .test_e2e_network import ENV, GAVEL, NodeProcess, rows, wait_until
+    from .test_roles_support import write_job
+
+    first = AnvilProcess().start()
+    second = provider = client = None
+    try:
+        provider = NodeProcess(tmp_path / "provider", "--role", "provider", "--chain", first.url, "--log-level", "info")
+        errors = tmp_path / "submit.err"
+        client = subprocess.Popen(
+            [*GAVEL, "submit", str(write_job(tmp_path)), "--data-dir", str(tmp_path / "client"), "--provider",
+             provider.addrs[0], "--chain", first.url, "--providers", "1", "--wait", "--json"],
+            stdout=subprocess.PIPE, stderr=open(errors, "w"), text=True, env=ENV)
+        wait_until(lambda: rows(provider.data_dir, "SELECT job_id FROM jobs"), timeout=120,
+                   what="the provider to take its seat")
+        port = first.port
+        first.stop()
+        monkeypatch.setattr(contracts.anvil, "_free_loopback_port", lambda: port)  # the same URL, a fresh chain
+        second = AnvilProcess().start()
+        out, _ = client.communicate(timeout=180)
+        assert client.returncode == EXIT_NO_RESULT, (out, errors.read_text())
+        assert "no result: the job failed (never opened, or lost with the chain that held it)" in out
+        said = errors.read_text()
+        changed = [line for line in said.splitlines() if "joining it as at start" in line]
+        assert len(changed) == 1, said
+        assert "client job(s) lost with the old chain" in said
+        assert "Traceback" not in said and "InsufficientDataBytes" not in said, said
+        # The provider too joined the new chain and let its job go.
+        wait_until(lambda: rows(provider.data_dir, "SELECT state FROM jobs") in ([("lost",)], [("abandoned",)]),
+                   timeout=60, what="the provider to forget its job")
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+            client.wait(timeout=10)
+        if provider is not None:
+            provider.stop()
+        first.stop()
+        if second is not None:
+            second.stop()
