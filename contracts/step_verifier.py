@@ -106,3 +106,69 @@ class StepVerifier:
             if decoded:
                 out.append(decoded)
         return out
+
+
+@dataclass
+class Transaction:
+    """One transaction of a game: what it was, who sent it (0 challenger, 1 defender, None anyone), its gas."""
+
+    name: str
+    side: int | None
+    gas: int
+
+
+@dataclass
+class PlayedGame:
+    game_id: int
+    outcome: str | None
+    position: int
+    rounds: int
+    transactions: list[Transaction]
+
+    @property
+    def worst(self) -> Transaction:
+        return max(self.transactions, key=lambda t: t.gas)
+
+    @property
+    def total_gas(self) -> int:
+        return sum(t.gas for t in self.transactions)
+
+
+def play(verifier: StepVerifier, setup: StepSetup, players: Sequence[Any], accounts: Sequence[str], *,
+         clock: int = 3600, ruler: int | None = None, silent: Sequence[int] = ()) -> PlayedGame:
+    """Plays a whole fourth level on chain: open, both commits, the walk, then `rule` called by side
+    `ruler`'s account (default: the first side not silent) with that side's openings. `players` are
+    `protocol.step_game.StepPlayer`s (side 0 the challenger). A side in `silent` never moves; the other
+    then calls `timeout` once its clock has run out."""
+    game_id, receipt = verifier.open(setup, accounts[0], accounts[1], clock)
+    txs = [Transaction("open", None, receipt.gas_used)]
+    active = [s for s in (0, 1) if s not in silent]
+    ruler = active[0] if ruler is None and active else ruler
+
+    def timed_out() -> PlayedGame:
+        verifier.chain.advance_time(clock + 1)
+        r = verifier.connect(accounts[active[0]] if active else verifier.account).timeout(game_id)
+        txs.append(Transaction("timeout", None, r.gas_used))
+        view = verifier.game(game_id)
+        return PlayedGame(game_id, view.outcome, view.position, view.level, txs)
+
+    for side in active:
+        r = verifier.connect(accounts[side]).commit(game_id, setup, players[side].commitment())
+        txs.append(Transaction("commit", side, r.gas_used))
+    view = verifier.game(game_id)
+    if silent and view.phase == "Commit":
+        return timed_out()
+    while view.phase == "Bisect":
+        for side in active:
+            left, right = players[side].children(view.level, view.position)
+            r = verifier.connect(accounts[side]).reveal(game_id, left, right)
+            txs.append(Transaction("reveal", side, r.gas_used))
+        view = verifier.game(game_id)
+        if silent and view.phase == "Bisect":
+            return timed_out()
+    if view.phase == "Located":
+        instr, proof, openings = players[ruler].ruling_arguments(view.position)
+        r = verifier.connect(accounts[ruler]).rule(game_id, setup, instr, proof, openings)
+        txs.append(Transaction("rule", None, r.gas_used))
+        view = verifier.game(game_id)
+    return PlayedGame(game_id, view.outcome, view.position, view.level, txs)

@@ -33,7 +33,7 @@ from repops_cupy.hashing import canonical_array
 
 from . import chunk_tree
 from .errors import LocalProtocolError, RemoteProtocolError
-from .float64_steps import STEPS
+from .float64_steps import STEPS, f32_canon, is_nan32
 from .step_trace import (
     CONST, INPUT, NONE, STEP, ElementSpec, Instr, TensorInfo, Tracer, input_index, merkle_proof, program_leaf,
     tensor_info, tensor_opening, trace_leaf, tree_depth, verify_proof,
@@ -41,7 +41,8 @@ from .step_trace import (
 
 __all__ = [
     "BISECT", "BOTH_LOST", "CHALLENGER_WON", "COMMIT", "DEFENDER_WON", "DONE", "LOCATED", "Commitment", "Opening",
-    "StepGame", "StepPlayer", "StepSetup", "TRANSITIONS", "execute_step", "first_difference", "make_setup", "replay",
+    "CHEATS", "StepGame", "StepPlayer", "StepSetup", "TRANSITIONS", "cheat_values", "claimed_output", "execute_step",
+    "first_difference", "make_setup", "play_offline", "players_for", "replay",
 ]
 
 COMMIT, BISECT, LOCATED, DONE = "COMMIT", "BISECT", "LOCATED", "DONE"
@@ -110,6 +111,7 @@ def _element_of(info: TensorInfo, index: int, chunk: bytes, siblings: Sequence[b
     return int.from_bytes(chunk[within:within + info.item], "little")
 
 
+CANONICAL_NAN32 = f32_canon(0x7FC00001)
 STEPS_BY_CODE = {step.code: step for step in STEPS.values()}
 
 
@@ -250,8 +252,9 @@ class StepGame:
         if operand.kind == STEP:
             if operand.ref >= index:
                 raise RemoteProtocolError("an operand after the step")
-            if len(opening.siblings) != self.setup.depth or not verify_proof(
-                    self.roots[0], trace_leaf(opening.value), operand.ref, opening.siblings):
+            # every leaf left of the located one is the same in both trees: a proof in either holds
+            if len(opening.siblings) != self.setup.depth or not any(
+                    verify_proof(root, trace_leaf(opening.value), operand.ref, opening.siblings) for root in self.roots):
                 raise RemoteProtocolError("trace proof does not hold")
             return opening.value
         spec = self.setup.spec
@@ -344,3 +347,71 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> int | None:
     diff = np.flatnonzero(x.view(bits) != y.view(bits))
     return int(diff[0]) if diff.size else None
 
+
+
+CHEATS = ("step", "last", "garbage")
+
+
+def cheat_values(spec: ElementSpec, element: int, inputs: Sequence[np.ndarray], honest: Sequence[int],
+                 rng: np.random.Generator, kind: str = "step") -> tuple[int, ...]:
+    """A cheater's trace ending in a wrong value: one step's value altered and the rest computed on from it
+    ("step"), only the last value altered ("last"), or random values from a random step on ("garbage")."""
+    length = len(honest)
+    at = int(rng.integers(0, length))
+    if kind == "step":
+        values = replay(spec, element, inputs, {at: honest[at] ^ (1 << int(rng.integers(0, 32)))})
+    elif kind == "last":
+        values = tuple(honest)
+    elif kind == "garbage":
+        values = tuple(honest[:at]) + tuple(int(v) for v in rng.integers(0, 1 << 32, length - at, dtype=np.uint64))
+    else:
+        raise LocalProtocolError(f"no cheat {kind!r}; one of {CHEATS}")
+    last = values[-1]
+    if last == honest[-1] or (last >> 32 == 0 and is_nan32(last) and last != CANONICAL_NAN32):
+        # a wrong value a tensor can hold (its hash stores every NaN as the canonical one)
+        last = honest[-1] ^ 1 if not is_nan32(honest[-1] ^ 1) else (0 if honest[-1] else 1)
+        values = values[:-1] + (last,)
+    return values
+
+
+def claimed_output(output: np.ndarray, element: int, value: int) -> np.ndarray:
+    """`output` (canonical) with `element`'s bits replaced: the tensor a cheater claims."""
+    out = canonical_array(output).copy()
+    flat = out.reshape(-1).view(np.uint32 if out.dtype.itemsize == 4 else np.uint64)
+    flat[element] = value
+    return out
+
+
+def players_for(op: str, attrs: dict, inputs: Sequence[np.ndarray], output: np.ndarray, element: int, *,
+                cheater_side: int | None, rng: np.random.Generator,
+                kind: str = "step") -> tuple[StepSetup, tuple[StepPlayer, StepPlayer]]:
+    """A game on `element` of `op`'s `output`: the honest trace on one side and, on `cheater_side`,
+    a cheater's trace (`cheat_values`) with the output tensor it claims (None: both honest)."""
+    from .step_programs import trace_element
+    honest = trace_element(op, attrs, inputs, element)
+    values = [honest.values, honest.values]
+    outputs = [canonical_array(output), canonical_array(output)]
+    if cheater_side is not None:
+        values[cheater_side] = cheat_values(honest.spec, element, inputs, honest.values, rng, kind)
+        outputs[cheater_side] = claimed_output(output, element, values[cheater_side][-1])
+    setup = make_setup(honest.spec, element, inputs, (outputs[0], outputs[1]))
+    players = tuple(StepPlayer(setup, s, values[s], outputs[s], inputs) for s in (0, 1))
+    return setup, players  # type: ignore[return-value]
+
+
+def play_offline(setup: StepSetup, players: Sequence[StepPlayer], *, now: int = 0, clock: int = 3600,
+                 ruler: int = 0) -> StepGame:
+    """Both sides' moves through the Python twin, one second apart, then the ruling with side
+    `ruler`'s openings (left of the located step both prefixes are the same)."""
+    game = StepGame(setup, clock, now)
+    for side in (0, 1):
+        now += 1
+        game.commit(side, players[side].commitment(), now)
+    while game.phase == BISECT:
+        level, position = game.level, game.position
+        for side in (0, 1):
+            now += 1
+            game.reveal(side, *players[side].children(level, position), now)
+    if game.phase == LOCATED:
+        game.rule(*players[ruler].ruling_arguments(game.position))
+    return game

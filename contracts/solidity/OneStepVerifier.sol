@@ -351,8 +351,12 @@ contract OneStepVerifier {
         if (kind == CONST) return uint64(ref);
         if (kind == STEP) {
             if (ref >= index) revert StepGameBadOperand();
-            // every leaf left of the located one is the same in both trees
-            if (!_verify(g.roots[0], _leaf(opening.value), ref, opening.siblings, g.depth)) revert StepGameBadProof();
+            // every leaf left of the located one is the same in both trees: a proof in either holds
+            bytes32 leaf = _leaf(opening.value);
+            if (
+                !_verify(g.roots[0], leaf, ref, opening.siblings, g.depth)
+                    && !_verify(g.roots[1], leaf, ref, opening.siblings, g.depth)
+            ) revert StepGameBadProof();
             return opening.value;
         }
         if (kind != INPUT) revert StepGameBadOperand();
