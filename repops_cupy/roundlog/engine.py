@@ -106,6 +106,8 @@ class RoundingEngine:
         self._pass_cursor = 0  # canonical size of the pass sites seen so far (first micro-batch)
         self._step_cursor = 0  # canonical size of the step sites so far
         self.stats: dict[str, SiteStats] = {}
+        self._betas: dict[str, float] = {}  # beta per key, looked up once a step
+        self._kernel = self.compiled and site_kernel.active()  # read once a step, not per site
         self._bits: list[tuple[np.ndarray, np.ndarray]] = []
         self._values: list[tuple[np.ndarray, np.ndarray]] = []
         self._in_pass = False
@@ -238,22 +240,35 @@ class RoundingEngine:
             return v
         info, start = self._layout(key, v, batch_dependent)
         flat = v.detach().reshape(-1)
-        st = self.stats.setdefault(key, SiteStats())
+        st = self.stats.get(key)
+        if st is None:
+            st = self.stats[key] = SiteStats()
         st.rounded += flat.numel()
         st.exact = exact
         if self.mode in ("calib_record", "calib_force"):
             r = self._calibrate(info, start, flat, st)
             return r.to(F64).reshape(v.shape)
-        beta = 0.0 if exact else self.thresholds.beta(key)
+        beta = 0.0 if exact else self._beta(key)
         repeat_of_shared = info.kind == SHARED and self.pass_index > 0 and self._in_pass
         if beta == 0.0:
-            r = site_kernel.round_plain(flat) if self.compiled and site_kernel.active() else flat.to(F32)
+            r = site_kernel.round_plain(flat) if self._kernel else flat.to(F32)
             self._keep_for_digest(info, start, r)
             return (r if r.dtype == F64 else r.to(F64)).reshape(v.shape)
-        if self.compiled and site_kernel.active():
+        if self._kernel:
             beta_u = beta * UNIT_ROUNDOFF_F64
             if self.mode == "train":
-                r, dec = site_kernel.decide(flat, info.chunk_numel, beta_u)
+                r64, bit_pos, bit_up, value_pos, value = site_kernel.decide_np(
+                    flat.contiguous().numpy(), info.chunk_numel, beta_u)
+                if not repeat_of_shared:
+                    if bit_pos.size:
+                        self._bits.append((bit_pos + start, bit_up))
+                    if value_pos.size:
+                        self._values.append((value_pos + start, value))
+                    st.entries += bit_pos.size + value_pos.size
+                    st.value_entries += value_pos.size
+                r = torch.from_numpy(r64)
+                self._keep_for_digest(info, start, r)
+                return r.reshape(v.shape)
             else:
                 dec = self._entries_for(start, flat.numel())
                 r, rep = site_kernel.apply(flat, info.chunk_numel, beta_u, dec)
@@ -280,6 +295,12 @@ class RoundingEngine:
             st.entries += dec.bit_pos.numel() + dec.value_pos.numel()
         self._keep_for_digest(info, start, r)
         return (r if r.dtype == F64 else r.to(F64)).reshape(v.shape)
+
+    def _beta(self, key: str) -> float:
+        beta = self._betas.get(key)
+        if beta is None:
+            beta = self._betas[key] = self.thresholds.beta(key)
+        return beta
 
     def _keep_for_digest(self, info: SiteInfo, start: int, r: torch.Tensor) -> None:
         """Assemble the site's float32 values in canonical layout (only when digests are kept)."""
