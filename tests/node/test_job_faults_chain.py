@@ -87,6 +87,7 @@ def test_a_submit_whose_chain_restarts_under_it_ends_with_one_line_and_exit_5(tm
     from node.cli.submit import EXIT_NO_RESULT
 
     from .test_e2e_network import ENV, GAVEL, NodeProcess, rows, wait_until
+    from .test_keeper_processes import end
     from .test_roles_support import write_job
 
     first = AnvilProcess().start()
@@ -116,9 +117,7 @@ def test_a_submit_whose_chain_restarts_under_it_ends_with_one_line_and_exit_5(tm
         wait_until(lambda: rows(provider.data_dir, "SELECT state FROM jobs") in ([("lost",)], [("abandoned",)]),
                    timeout=60, what="the provider to forget its job")
     finally:
-        if client is not None and client.poll() is None:
-            client.kill()
-            client.wait(timeout=10)
+        end(client)
         if provider is not None:
             provider.stop()
         first.stop()

@@ -22,13 +22,25 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anvil, pytest.mark.slow,
 ETHER = 10**18
 
 
+def dev_chain(url: str) -> tuple[str, list[str], Settlement]:
+    """The dev contract on anvil at ``url`` (deployed if missing), the node flags naming it
+    (logging at info), and a reader of it."""
+    address = ensure_dev_contract(url)
+    return address, ["--chain", url, "--contract", address, "--log-level", "info"], Settlement(RpcChain(url), address)
+
+
+def end(proc: subprocess.Popen | None) -> None:
+    """Stop a command the test started, if it still runs."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 def test_a_killed_clients_unfilled_job_is_refunded_by_the_providers_keeper_and_reconciled_on_restart(tmp_path):
     job_file = write_job(tmp_path)
     provider = client = restarted = None
     with AnvilProcess() as anvil:
-        address = ensure_dev_contract(anvil.url)
-        chain_args = ["--chain", anvil.url, "--contract", address, "--log-level", "info"]
-        settlement = Settlement(RpcChain(anvil.url), address)
+        address, chain_args, settlement = dev_chain(anvil.url)
         try:
             provider = NodeProcess(tmp_path / "provider", "--role", "provider", *chain_args)
             client_dir = tmp_path / "client"

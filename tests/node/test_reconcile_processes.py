@@ -10,11 +10,11 @@ import subprocess
 
 import pytest
 
-from contracts import AnvilProcess, JobStatus, RpcChain, Settlement, find_anvil
+from contracts import AnvilProcess, JobStatus, find_anvil
 from node.cli.submit import EXIT_REFUNDED
-from node.roles.chain import ensure_dev_contract
 
 from .test_e2e_network import ENV, GAVEL, NodeProcess, job_state, rows, wait_until
+from .test_keeper_processes import dev_chain, end
 from .test_roles_support import TINY_JOB, write_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anvil, pytest.mark.slow,
@@ -41,9 +41,7 @@ def test_a_restarted_provider_and_auditor_reconcile_a_job_refunded_while_they_we
     job_file = write_job(tmp_path, LONG_JOB, "long.toml")
     provider = auditor = client = None
     with AnvilProcess() as anvil:
-        address = ensure_dev_contract(anvil.url)
-        chain_args = ["--chain", anvil.url, "--contract", address, "--log-level", "info"]
-        settlement = Settlement(RpcChain(anvil.url), address)
+        address, chain_args, settlement = dev_chain(anvil.url)
         try:
             provider = NodeProcess(tmp_path / "provider", "--role", "provider", *chain_args)
             auditor = NodeProcess(tmp_path / "auditor", "--role", "auditor", "--bootstrap", provider.addrs[0],
@@ -85,9 +83,7 @@ def test_a_restarted_provider_and_auditor_reconcile_a_job_refunded_while_they_we
                     f"0 audit(s) dropped") in heard
             assert "audit of" not in heard and "Traceback" not in heard
         finally:
-            if client is not None and client.poll() is None:
-                client.kill()
-                client.wait(timeout=10)
+            end(client)
             for node in (provider, auditor):
                 if node is not None:
                     node.stop()
