@@ -113,9 +113,16 @@ def test_a_submit_whose_chain_restarts_under_it_ends_with_one_line_and_exit_5(tm
         assert len(changed) == 1, said
         assert "client job(s) lost with the old chain" in said
         assert "Traceback" not in said and "InsufficientDataBytes" not in said, said
-        # The provider too joined the new chain and let its job go.
+        # The provider too joined the new chain and let its job go; the next job finds it there, not restarted.
         wait_until(lambda: rows(provider.data_dir, "SELECT state FROM jobs") in ([("lost",)], [("abandoned",)]),
                    timeout=60, what="the provider to forget its job")
+        again = subprocess.run(
+            [*GAVEL, "submit", str(write_job(tmp_path)), "--data-dir", str(tmp_path / "client"), "--provider",
+             provider.addrs[0], "--chain", second.url, "--providers", "1", "--json"],
+            capture_output=True, text=True, env=ENV, timeout=180)
+        assert again.returncode == 0, (again.stdout, again.stderr)
+        assert ", 1 provider(s)" in again.stdout  # handed to the provider on the new chain
+        assert len(rows(provider.data_dir, "SELECT job_id FROM jobs WHERE state NOT IN ('lost', 'abandoned')")) == 1
     finally:
         end(client)
         if provider is not None:
