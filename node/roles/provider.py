@@ -12,8 +12,10 @@ Life of a job at a provider (the row's state in storage):
   abandoned  before its root was committed, the job left the states in which our work can
              still be paid (refunded, settled, expired, unknown to the chain): the run is
              stopped, the reason kept in the row's record (``abandoned``) and no transaction
-             that must revert is sent. Read before (re)starting work, every ``WATCH_POLL``
-             seconds while training, and before committing.
+             that must revert is sent. Read when a restarted node reconciles its rows with
+             the chain (`_reconcile`, before any work), before (re)starting work, every
+             ``WATCH_POLL`` seconds while training, and before committing.
+  lost       the chain restarted and the new one does not know the job (the chain watch)
 
 Disputes: the referee's first request for one of our delivered jobs makes this node the
 defender (`RoleContext`); the client may also ask it to challenge another provider whose
