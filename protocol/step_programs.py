@@ -234,12 +234,12 @@ def _layer_norm(t: Tracer, attrs, shapes) -> Val:
     return _out32(t, y)
 
 
-def _elementwise_views(shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+def _elementwise_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
     out = tuple(np.broadcast_shapes(*shapes))
     return out, tuple(broadcast_view(k, s, out) for k, s in enumerate(shapes))
 
 
-def _row_views(shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+def _row_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
     out = tuple(shapes[0])
     own = contiguous_strides(out)
     views = [View(0, own[:-1] + (0,)), View(0, own)]
@@ -267,7 +267,7 @@ COVERED = frozenset(_FAMILIES)
 
 
 def register(op: str, views: Callable, program: Program) -> None:
-    """Adds an operator family (the matrix product registers itself from step_matmul)."""
+    """Adds an operator family (the matrix product registers itself from `step_matmul`)."""
     _FAMILIES[op] = (views, program)
     global COVERED
     COVERED = frozenset(_FAMILIES)
@@ -282,7 +282,7 @@ def trace_element(op: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray
     if op in ("softmax", "layer_norm"):
         _check_last_axis(op, attrs, len(shapes[0]))
     views_of, program = _FAMILIES[op]
-    out_shape, views = views_of(shapes)
+    out_shape, views = views_of(attrs, shapes)
     t = Tracer(op, arrays, out_shape, views, element)
     program(t, attrs, shapes)
     return t.result()[1]
@@ -291,3 +291,6 @@ def trace_element(op: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray
 def element_spec(op: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> ElementSpec:
     """The element program of `op` on inputs of these shapes (traced on element 0)."""
     return trace_element(op, attrs, inputs, 0).spec
+
+
+from . import step_matmul  # noqa: E402,F401 - registers the matrix product (it imports `register`)
