@@ -41,6 +41,7 @@ class RoundLogError(RuntimeError):
 EXAMPLE, SHARED, STEP = "example", "shared", "step"
 _EMPTY_POS = torch.zeros(0, dtype=torch.int64)
 _NO_ENTRIES = Decisions(_EMPTY_POS, torch.zeros(0, dtype=torch.bool), _EMPTY_POS, torch.zeros(0, dtype=F32))
+_NO_ENTRIES_NP = (np.zeros(0, np.int64), np.zeros(0, np.bool_), np.zeros(0, np.int64), np.zeros(0, np.float32))
 
 
 @dataclass
@@ -255,30 +256,16 @@ class RoundingEngine:
             self._keep_for_digest(info, start, r)
             return (r if r.dtype == F64 else r.to(F64)).reshape(v.shape)
         if self._kernel:
-            beta_u = beta * UNIT_ROUNDOFF_F64
-            if self.mode == "train":
-                r64, bit_pos, bit_up, value_pos, value = site_kernel.decide_np(
-                    flat.contiguous().numpy(), info.chunk_numel, beta_u)
-                if not repeat_of_shared:
-                    if bit_pos.size:
-                        self._bits.append((bit_pos + start, bit_up))
-                    if value_pos.size:
-                        self._values.append((value_pos + start, value))
-                    st.entries += bit_pos.size + value_pos.size
-                    st.value_entries += value_pos.size
-                r = torch.from_numpy(r64)
-                self._keep_for_digest(info, start, r)
-                return r.reshape(v.shape)
-            else:
-                dec = self._entries_for(start, flat.numel())
-                r, rep = site_kernel.apply(flat, info.chunk_numel, beta_u, dec)
+            r = self._compiled_site(info, start, flat.contiguous().numpy(), st, beta * UNIT_ROUNDOFF_F64,
+                                    repeat_of_shared)
+            self._keep_for_digest(info, start, r)
+            return r.reshape(v.shape)
+        v2, d2 = self._bound(flat, info.chunk_numel, beta)
+        if self.mode == "train":
+            r, dec = rounding.decide(v2, d2)
         else:
-            v2, d2 = self._bound(flat, info.chunk_numel, beta)
-            if self.mode == "train":
-                r, dec = rounding.decide(v2, d2)
-            else:
-                dec = self._entries_for(start, flat.numel())
-                r, rep = rounding.apply(v2, d2, dec)
+            dec = self._entries_for(start, flat.numel())
+            r, rep = rounding.apply(v2, d2, dec)
         if self.mode == "train":
             if not repeat_of_shared:
                 nb, nv = dec.bit_pos.numel(), dec.value_pos.numel()
@@ -295,6 +282,28 @@ class RoundingEngine:
             st.entries += dec.bit_pos.numel() + dec.value_pos.numel()
         self._keep_for_digest(info, start, r)
         return (r if r.dtype == F64 else r.to(F64)).reshape(v.shape)
+
+    def _compiled_site(self, info: SiteInfo, start: int, v: np.ndarray, st: SiteStats, beta_u: float,
+                       repeat_of_shared: bool) -> torch.Tensor:
+        """The site through :mod:`.site_kernel` (NumPy throughout): train decides and records the
+        entries, replay applies the log's; the rounded values as a flat float64 tensor."""
+        if self.mode == "train":
+            r64, bit_pos, bit_up, value_pos, value = site_kernel.decide_np(v, info.chunk_numel, beta_u)
+            if not repeat_of_shared:
+                if bit_pos.size:
+                    self._bits.append((bit_pos + start, bit_up))
+                if value_pos.size:
+                    self._values.append((value_pos + start, value))
+                st.entries += bit_pos.size + value_pos.size
+                st.value_entries += value_pos.size
+            return torch.from_numpy(r64)
+        entries = self._entries_np(start, v.size)
+        r64, rep = site_kernel.apply_np(v, info.chunk_numel, beta_u, *entries)
+        st.corrections += rep.corrections
+        st.implausible += rep.implausible
+        st.breaches += rep.breaches
+        st.entries += entries[0].size + entries[2].size
+        return torch.from_numpy(r64)
 
     def _beta(self, key: str) -> float:
         beta = self._betas.get(key)
@@ -324,17 +333,22 @@ class RoundingEngine:
         return v2, scale * (beta * UNIT_ROUNDOFF_F64)
 
     def _entries_for(self, start: int, n: int) -> Decisions:
+        entries = self._entries_np(start, n)
+        if entries is _NO_ENTRIES_NP:
+            return _NO_ENTRIES  # most sites: the entries are rare
+        return Decisions(*(torch.from_numpy(a) for a in entries))
+
+    def _entries_np(self, start: int, n: int) -> tuple[np.ndarray, ...]:
+        """The log's (bit positions, directions, value positions, values) inside [start, start + n),
+        positions local to the site."""
         log = self.log
         bounds = np.array((start, start + n), dtype=np.uint64)  # the positions' own type: no float compare
         b_lo, b_hi = np.searchsorted(log.bit_pos, bounds, side="left").tolist()
         v_lo, v_hi = np.searchsorted(log.value_pos, bounds, side="left").tolist()
         if b_lo == b_hi and v_lo == v_hi:
-            return _NO_ENTRIES  # most sites: the entries are rare
-        bit_pos = torch.from_numpy(log.bit_pos[b_lo:b_hi].astype(np.int64) - start)
-        bit_up = torch.from_numpy(np.ascontiguousarray(log.bit_up[b_lo:b_hi]))
-        value_pos = torch.from_numpy(log.value_pos[v_lo:v_hi].astype(np.int64) - start)
-        value = torch.from_numpy(np.ascontiguousarray(log.value[v_lo:v_hi]))
-        return Decisions(bit_pos, bit_up, value_pos, value)
+            return _NO_ENTRIES_NP
+        return (log.bit_pos[b_lo:b_hi].astype(np.int64) - start, np.ascontiguousarray(log.bit_up[b_lo:b_hi]),
+                log.value_pos[v_lo:v_hi].astype(np.int64) - start, np.ascontiguousarray(log.value[v_lo:v_hi]))
 
     # ------------------------------------------------------------ calibration
 

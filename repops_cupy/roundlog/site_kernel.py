@@ -118,14 +118,19 @@ def entries_np(va: np.ndarray, da: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     """:func:`.rounding.entries_for`'s rule in NumPy, for the values ``va`` and bounds ``da`` at
     ambiguous positions: (which are bit entries, their directions up, float32 results). The same
     IEEE operations (conversions, nextafter, a comparison, a scaling by 1/8), so the same entries."""
+    ra, rd, lo, hi = _bracket(va)
+    narrow = da < rounding.BIT_ENTRY_MAX_D_OVER_SPACING * (hi - lo)
+    return narrow, rd[narrow] == hi[narrow], ra
+
+
+def _bracket(va: np.ndarray):
+    """float32(va), it as float64, and the float32 neighbours lo <= va <= hi as float64
+    (:func:`.rounding.bracket`)."""
     ra = va.astype(np.float32)
     rd = ra.astype(np.float64)
     up = np.nextafter(ra, np.float32(np.inf)).astype(np.float64)
     down = np.nextafter(ra, np.float32(-np.inf)).astype(np.float64)
-    lo = np.where(rd <= va, rd, down)
-    hi = np.where(rd >= va, rd, up)
-    narrow = da < rounding.BIT_ENTRY_MAX_D_OVER_SPACING * (hi - lo)
-    return narrow, rd[narrow] == hi[narrow], ra
+    return ra, rd, np.where(rd <= va, rd, down), np.where(rd >= va, rd, up)
 
 
 def decide_np(v: np.ndarray, chunk: int, beta_u: float):
@@ -147,10 +152,34 @@ def decide(flat: torch.Tensor, chunk: int, beta_u: float) -> tuple[torch.Tensor,
 
 def apply(flat: torch.Tensor, chunk: int, beta_u: float, dec: Decisions) -> tuple[torch.Tensor, ApplyReport]:
     """As :func:`.rounding.apply`; the result as float64."""
-    r64, scales, near, _ = scan(flat, chunk, beta_u, True)
-    rep = rounding.apply_entries(lambda p: (flat[p], scales[p // chunk] * beta_u), r64, dec)
-    rep.breaches += rounding.unlogged(near, dec)
+    r64, rep = apply_np(flat.detach().contiguous().numpy(), chunk, beta_u,
+                        *(t.numpy() for t in (dec.bit_pos, dec.bit_up, dec.value_pos, dec.value)))
+    return torch.from_numpy(r64), rep
+
+
+def apply_np(v: np.ndarray, chunk: int, beta_u: float, bit_pos: np.ndarray, bit_up: np.ndarray,
+             value_pos: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, ApplyReport]:
+    """The auditor's side in NumPy: :func:`.rounding.apply_entries` and :func:`.rounding.unlogged`'s
+    rules (the same IEEE operations and counts) over the compiled scan's plain rounding."""
+    r64, scales, near, _ = scan_np(v, chunk, beta_u, True)
+    rep = ApplyReport()
+    for p, bits, values in ((bit_pos, bit_up, None), (value_pos, None, value)):
+        if not p.size:
+            continue
+        vp, dp = v[p], scales[p // chunk] * beta_u
+        _, _, lo, hi = _bracket(vp)
+        if values is None:
+            mid = (lo + hi) * 0.5  # exact: lo and hi are float32 values
+            want = np.where(bits, hi, lo).astype(np.float32)
+            rep.implausible += int(np.count_nonzero(np.abs(vp - mid) > 2 * dp) + np.count_nonzero(lo == hi))
+        else:
+            want = values
+            rep.implausible += int(np.count_nonzero(np.abs(values.astype(np.float64) - vp) > 2 * dp + (hi - lo)))
+        rep.corrections += int(np.count_nonzero(want != r64[p]))
+        r64[p] = want
+    if near.size:
+        rep.breaches += int(np.count_nonzero(~np.isin(near, np.concatenate([bit_pos, value_pos]))))
     return r64, rep
 
 
-__all__ = ["AVAILABLE", "F64", "active", "apply", "decide", "decide_np", "entries_np", "round_plain", "scan", "scan_np"]
+__all__ = ["AVAILABLE", "F64", "active", "apply", "apply_np", "decide", "decide_np", "entries_np", "round_plain", "scan", "scan_np"]
