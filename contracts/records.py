@@ -19,6 +19,7 @@ class Role(enum.IntFlag):
     PROVIDER = 1
     AUDITOR = 2
     CLIENT = 4
+    REFEREE = 8  # version 2 only: may be drawn to rule claims and appeals
 
 
 class NodeStatus(enum.IntEnum):

@@ -49,6 +49,12 @@ from .records import (
 )
 from .settlement import Settlement, TxResult, _bytes32
 from .settlement_v2_games import GAME_EVENT_TYPES, GAMES_CONTRACT_NAME, GAS_LIMITS_GAMES, GameMovesV2
+from .settlement_v2_referees import (
+    GAS_LIMITS_REFEREES,
+    REFEREE_EVENT_TYPES,
+    REFEREES_CONTRACT_NAME,
+    RefereeMovesV2,
+)
 
 CONTRACT_NAME = "GavelSettlementV2"
 
@@ -57,7 +63,7 @@ CONTRACT_NAME = "GavelSettlementV2"
 # 139k, commit 63k, reveal 82k at 11 entries and 1.33M at MAX_LIST, closeSeat 92k, settle 127k
 # for two seats and 655k for MAX_PROVIDERS, withdraw 31k). A limit costs nothing unless used; one too tight fails a move.
 GAS_LIMITS_V2: dict[str, int] = {
-    "deploy": 12_000_000,  # the contract and its game module (GavelGamesV2), created by its constructor
+    "deploy": 12_000_000,  # each of the three: the game module, the referee module, the contract
     "register": 180_000,
     "addStake": 70_000,
     "beginUnbonding": 70_000,
@@ -71,6 +77,7 @@ GAS_LIMITS_V2: dict[str, int] = {
     "settle": 1_500_000,
     "withdraw": 100_000,
     **GAS_LIMITS_GAMES,
+    **GAS_LIMITS_REFEREES,
 }
 
 
@@ -302,7 +309,7 @@ EVENT_TYPES_V2: dict[str, type[SettlementEvent]] = {
     for cls in (
         NodeRegistered, StakeAdded, UnbondingBegun, UnbondingCancelled, NodeExited, StakeSlashed, StakeUnlocked,
         Withdrawn, JobOpened, SeatTaken, JobFilled, TraceCommitted, RevealOpened, TraceRevealed, SeatForfeited,
-        ProviderPaid, ClientRefunded, JobSettled, *GAME_EVENT_TYPES,
+        ProviderPaid, ClientRefunded, JobSettled, *GAME_EVENT_TYPES, *REFEREE_EVENT_TYPES,
     )
 }
 
@@ -324,8 +331,9 @@ def commitment_of(job_id: bytes, seat: str, root: bytes, salt: bytes) -> bytes:
 # ---------------------------------------------------------------- the client
 
 
-class SettlementV2(GameMovesV2, Settlement):
-    """GavelSettlementV2 at `address` on `chain`, sending as `account`; the claim game's moves are `GameMovesV2`'s."""
+class SettlementV2(GameMovesV2, RefereeMovesV2, Settlement):
+    """GavelSettlementV2 at `address` on `chain`, sending as `account`; the claim game's moves are
+    `GameMovesV2`'s, the rulings and appeals `RefereeMovesV2`'s."""
 
     def __init__(self, chain: Chain, address: str, account: str | None = None):
         super().__init__(chain, address, account)
@@ -346,17 +354,14 @@ class SettlementV2(GameMovesV2, Settlement):
         block_seconds: int = 12,
         max_interval_seconds: int = 3_600,
     ) -> SettlementV2:
-        """Deploys a new contract with its immutables: the node rules, w and the chain settings of section 3."""
+        """Deploys the two modules, then the contract with its immutables (the node rules, w and the
+        chain settings of section 3) and the modules' addresses: three transactions."""
         account = account if account is not None else chain.accounts[0]
-        abi = _abi_v2()
-        init = load_artifact(CONTRACT_NAME).bytecode + abi.encode_constructor(
-            unbonding_delay, min_stake, winner_share_bps, margin, bandwidth, block_seconds, max_interval_seconds)
-        try:
-            receipt = chain.transact(account, None, init, gas=GAS_LIMITS_V2["deploy"])
-        except RevertData as reverted:
-            raise abi.revert(reverted.data) from None
-        assert receipt.contract_address is not None
-        return cls(chain, receipt.contract_address, account)
+        node_rules = (unbonding_delay, min_stake, winner_share_bps)
+        modules = [_create(chain, account, name, (*node_rules, margin)) for name in (GAMES_CONTRACT_NAME, REFEREES_CONTRACT_NAME)]
+        address = _create(chain, account, CONTRACT_NAME,
+                          (*node_rules, margin, bandwidth, block_seconds, max_interval_seconds, *modules))
+        return cls(chain, address, account)
 
     def connect(self, account: str) -> SettlementV2:
         """The same contract, sending as `account`."""
@@ -435,6 +440,18 @@ class SettlementV2(GameMovesV2, Settlement):
         return None if decoded is None else EVENT_TYPES_V2[decoded[0]].from_abi(decoded[1])
 
 
+def _create(chain: Chain, account: str, name: str, arguments: tuple) -> str:
+    """Creates contract `name` from its artifact; returns its address."""
+    abi = ContractAbi(load_artifact(name).abi) if name != CONTRACT_NAME else _abi_v2()
+    init = load_artifact(name).bytecode + abi.encode_constructor(*arguments)
+    try:
+        receipt = chain.transact(account, None, init, gas=GAS_LIMITS_V2["deploy"])
+    except RevertData as reverted:
+        raise abi.revert(reverted.data) from None
+    assert receipt.contract_address is not None
+    return receipt.contract_address
+
+
 def _version_1_only(name: str) -> property:
     def absent(self):
         raise AttributeError(f"{name} is a call of GavelSettlement version 1; version 2 has no such call")
@@ -446,12 +463,15 @@ for _name in ("open_dispute", "lapse", "dispute", "dispute_count", "providers"):
 
 
 def abi_entries_v2() -> list[dict]:
-    """GavelSettlementV2's ABI with its game module's (reached through its fallback) appended, each entry once."""
-    own = load_artifact(CONTRACT_NAME).abi
-    seen = {_signature(e) for e in own}
-    module = [e for e in load_artifact(GAMES_CONTRACT_NAME).abi
-              if e["type"] in ("function", "event", "error") and _signature(e) not in seen]
-    return [*own, *module]
+    """GavelSettlementV2's ABI with its modules' (reached through its fallback) appended, each entry once."""
+    entries = list(load_artifact(CONTRACT_NAME).abi)
+    seen = {_signature(e) for e in entries}
+    for module in (GAMES_CONTRACT_NAME, REFEREES_CONTRACT_NAME):
+        for e in load_artifact(module).abi:
+            if e["type"] in ("function", "event", "error") and _signature(e) not in seen:
+                seen.add(_signature(e))
+                entries.append(e)
+    return entries
 
 
 def _signature(entry: dict) -> tuple:

@@ -10,7 +10,7 @@ module's ABI into its own. Records here mirror the module's structs and events.
     s.connect(seat).post_nodes(claim, nodes, proof)
     node_claim = s.connect(auditor).pick_node(claim, nodes_root, n).one(ClaimPicked).claim_id
     s.connect(seat).post_evidence(node_claim, evidence_hash)
-    s.connect(client).rule(node_claim, defender_right, transcript_hash)
+    s.connect(client).rule(node_claim, defender_right, transcript_hash)   # settlement_v2_referees
     s.timeout(node_claim); s.timeout(claim); s.resolve_game(game)
 """
 
@@ -37,7 +37,6 @@ GAS_LIMITS_GAMES: dict[str, int] = {
     "postNodes": 3_000_000,   # 652k at N = 471
     "pickNode": 450_000,      # 210k
     "postEvidence": 160_000,  # 75k
-    "rule": 120_000,          # 48k
     "timeout": 1_500_000,
     "resolveGame": 1_500_000,
     "slashEquivocation": 250_000,
@@ -133,15 +132,6 @@ class EvidencePosted(SettlementEvent):
 
 
 @dataclass(frozen=True)
-class ClaimRuled(SettlementEvent):
-    EVENT_NAME = "ClaimRuled"
-    claim_id: bytes
-    referee: str
-    defender_right: bool
-    transcript_hash: bytes
-
-
-@dataclass(frozen=True)
 class PathReimbursed(SettlementEvent):
     EVENT_NAME = "PathReimbursed"
     claim_id: bytes
@@ -177,7 +167,7 @@ class EquivocationSlashed(SettlementEvent):
     index: int
 
 
-GAME_EVENT_TYPES = (EquivocationSlashed, GameOpened, ClaimPicked, ClaimJoined, ListPosted, ListEndorsed, EvidencePosted, ClaimRuled,
+GAME_EVENT_TYPES = (EquivocationSlashed, GameOpened, ClaimPicked, ClaimJoined, ListPosted, ListEndorsed, EvidencePosted,
                     ClaimResolved, BondForfeited, PathReimbursed)
 
 
@@ -228,10 +218,6 @@ class GameMovesV2:
         """Records that this seat sent its evidence to the referee."""
         return self._transact("postEvidence", _b32(claim_id), _b32(evidence_hash))
 
-    def rule(self, claim_id: bytes, defender_right: bool, transcript_hash: bytes):
-        """The referee's verdict on a node claim."""
-        return self._transact("rule", _b32(claim_id), defender_right, _b32(transcript_hash))
-
     def timeout(self, claim_id: bytes):
         """Ends a step or node claim whose deadlines passed (anyone)."""
         return self._transact("timeout", _b32(claim_id))
@@ -264,13 +250,14 @@ class GameMovesV2:
         return self._call("busyUntil", _b32(job_id), _b32(root))[0]
 
     def bonds_of(self, job_id: bytes) -> Bonds:
-        """`bondsOf(jobId)`: the fields of `protocol.economics.Bonds` the game uses (demand and appeal zero)."""
-        open_game, pick_step, pick_node, referee = self._call("bondsOf", _b32(job_id))[0]
-        return Bonds(open_game=open_game, pick_step=pick_step, pick_node=pick_node, referee=referee, demand=0, appeal=0)
+        """`bondsOf(jobId)`: the fields of `protocol.economics.Bonds` the games and appeals use (demand zero)."""
+        open_game, pick_step, pick_node, referee, appeal = self._call("bondsOf", _b32(job_id))[0]
+        return Bonds(open_game=open_game, pick_step=pick_step, pick_node=pick_node, referee=referee, demand=0,
+                     appeal=appeal)
 
 
 __all__ = [
-    "BondForfeited", "ClaimInfo", "EquivocationSlashed", "ClaimJoined", "ClaimPicked", "ClaimResolved", "ClaimRuled", "ClaimStatus",
+    "BondForfeited", "ClaimInfo", "EquivocationSlashed", "ClaimJoined", "ClaimPicked", "ClaimResolved", "ClaimStatus",
     "EvidencePosted", "GAME_EVENT_TYPES", "GAMES_CONTRACT_NAME", "GAS_LIMITS_GAMES", "GameMovesV2", "GameOpened",
     "ListEndorsed", "ListPosted", "PathReimbursed", "NODE", "STEP", "INTERVAL",
 ]

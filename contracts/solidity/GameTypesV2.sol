@@ -55,6 +55,37 @@ struct GameBonds {
     uint256 pickStep;
     uint256 pickNode;
     uint256 referee;
+    uint256 appeal;
+}
+
+/// @notice Where an appeal of a node claim's ruling stands (section 9).
+enum AppealStage {
+    None,
+    Open,
+    Ended
+}
+
+/// @notice The referees of one node claim (section 9): GavelRefereesV2 writes it, GavelGamesV2
+/// reads who ruled. The client rules first when it may (its bond intact, no party to the game);
+/// otherwise a drawn `referee` holds the claim. After a ruling, anyone but its `ruler` may appeal
+/// before `appealBy`; a drawn `appealReferee` rules it before `appealRuleBy`.
+///
+///   draw: armed at a block b (`armedBlock`), made from b + DRAW_DELAY + 1 to b + 255, re-armed later;
+///         `draws` counts the draws of the current level (first, then appeal), MAX_DRAWS at most.
+///   first level: no ruling and MAX_DRAWS drawn referees spent -> `refereesOut`: the claim voids.
+///   appeal: None --appeal--> Open --ruleAppeal, or MAX_DRAWS referees spent--> Ended.
+struct Ruling {
+    address referee;
+    uint64 armedBlock;
+    uint8 draws;
+    bool refereesOut;
+    bool overturned;
+    AppealStage appeal;
+    address ruler;
+    uint64 appealBy;
+    address appellant;
+    uint64 appealRuleBy;
+    address appealReferee;
 }
 
 /// @notice A seat's signed word on one of its lists (docs/economics.md, section 10; EIP-712 type

@@ -2,7 +2,7 @@
 pragma solidity 0.8.28;
 
 import {ForfeitReason, Job, JobStatus, Node, Seat, SeatStatus} from "./SettlementTypesV2.sol";
-import {Claim, ClaimStatus, GameBonds, GameParams} from "./GameTypesV2.sol";
+import {Claim, ClaimStatus, GameBonds, GameParams, Ruling} from "./GameTypesV2.sol";
 import {LibList} from "./LibList.sol";
 import {SeatStatementsV2} from "./SeatStatementsV2.sol";
 import {SettlementStorageV2} from "./SettlementStorageV2.sol";
@@ -18,18 +18,20 @@ import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 ///    after stepsBy; its nodesBy comes from the root's recompute queue (`_busyUntil`). The seats
 ///    covering the picked list owe the step's node list. `pickNode` (bond B_node) opens a node
 ///    claim; the seats covering the picked node list owe evidence by now + E_xfer(Y); the first
-///    evidence starts the referee's E_rule. The referee is the client (it locked P + w·S·n at
-///    openJob) unless it opened, picked or joined anything in this game.
+///    evidence starts the referee's E_rule. Rulings, draws and appeals are `GavelRefereesV2`'s
+///    (section 9): it sets `ruled`, `defenderRight` and `ruleBy` (the appeal window, held while
+///    an appeal runs) and records who ruled in `_rulings`.
 ///  - `timeout(claimId)` / `resolveGame(gameId)` end a claim once its deadlines passed, bottom up:
 ///    owing seats that did not answer forfeit `SilentDefender` (w·S to the claim's author, the rest
-///    burned); a claim nobody answered is upheld; a node claim ends as ruled, or void when its
-///    referee stayed silent (the referee bond burned); a step or interval claim ends, once its pick
+///    burned); a claim nobody answered is upheld; a node claim ends as finally ruled once `ruleBy`
+///    passed, or void when its drawn referees ran out; a step or interval claim ends, once its pick
 ///    window closed and its children ended, upheld if a child was, else void if a child was, else failed.
 ///  - Money (8.5): failed, the bond goes to the seats covering the picked list (f_R of it to the
-///    referee that ruled); void or upheld, the bond comes back. An upheld node claim forfeits
-///    every seat covering the picked node list (`LostGame`): of each S, w·S is split in three
-///    between the authors of the interval, step and node claims (a share of the ruling referee is
-///    burned instead), the rest burned; the client gets that seat's pay back at settle.
+///    referee whose ruling stood, unless an appeal overturned it); void or upheld, the bond comes
+///    back. An upheld node claim forfeits every seat covering the picked node list (`LostGame`):
+///    from the first lock the path's gas and a drawn ruling referee's f_R; of each S, w·S split in
+///    three between the authors of the interval, step and node claims (a share of the ruling
+///    referee is burned instead), the rest burned; the client gets that seat's pay back at settle.
 ///  - Bonds are locks of the author's stake, so the contract's balance stays stakes + credits + escrow.
 ///  - Equivocation (section 10) is `SeatStatementsV2`'s, inherited here for the same storage.
 contract GavelGamesV2 is SeatStatementsV2 {
@@ -54,8 +56,6 @@ contract GavelGamesV2 is SeatStatementsV2 {
     event ListEndorsed(bytes32 indexed claimId, address indexed seat, bytes32 listRoot);
     /// @notice A seat sent its evidence to the referee (off chain); the referee rules before `ruleBy`.
     event EvidencePosted(bytes32 indexed claimId, address indexed seat, bytes32 evidenceHash, uint64 ruleBy);
-    /// @notice The referee ruled a node claim.
-    event ClaimRuled(bytes32 indexed claimId, address indexed referee, bool defenderRight, bytes32 transcriptHash);
     /// @notice A winning claim's author and first joiners were credited their gas at γ (`amount` in all).
     event PathReimbursed(bytes32 indexed claimId, uint256 amount);
     /// @notice A claim ended.
@@ -96,14 +96,8 @@ contract GavelGamesV2 is SeatStatementsV2 {
     error GameInvalidIndex(uint32 index);
     /// @notice The evidence hash is zero.
     error GameZeroEvidence();
-    /// @notice No evidence yet: nothing to rule on.
-    error GameNoEvidence(bytes32 claimId);
-    /// @notice The caller is not this claim's referee.
-    error GameNotReferee(address account);
-    /// @notice The client took part in this game: it may not rule it.
-    error GameRefereeIsParty(address account);
-    /// @notice The claim was ruled already.
-    error GameAlreadyRuled(bytes32 claimId);
+    /// @notice The node claim has no ruling and its referees have not run out (timeoutReferee or drawReferee first).
+    error GameNoRuling(bytes32 claimId);
     /// @notice Claims under this one are still open.
     error GameChildrenOpen(uint32 openChildren);
 
@@ -263,25 +257,6 @@ contract GavelGamesV2 is SeatStatementsV2 {
         emit EvidencePosted(claimId, msg.sender, evidenceHash, claim.ruleBy);
     }
 
-    /// @notice The referee's verdict on a node claim: whether the defenders' output is right.
-    function rule(bytes32 claimId, bool defenderRight, bytes32 transcriptHash) external viaSettlement nonReentrant {
-        Claim storage claim = _openClaim(claimId);
-        if (claim.level != NODE) revert GameWrongLevel(claimId, claim.level);
-        // One verdict a claim (appeals come with section 9).
-        if (claim.ruled) revert GameAlreadyRuled(claimId);
-        // The referee recomputes from the evidence.
-        if (claim.ruleBy == 0) revert GameNoEvidence(claimId);
-        if (block.timestamp >= claim.ruleBy) revert GameDeadlinePassed(claim.ruleBy);
-        bytes32 jobId = _jobOf(claim);
-        // Nobody judges their own case.
-        if (_party[claim.gameId][msg.sender]) revert GameRefereeIsParty(msg.sender);
-        // The referee is the client that locked its referee bond for this job.
-        if (msg.sender != _jobs[jobId].client || _refereeBond[jobId] == 0) revert GameNotReferee(msg.sender);
-        claim.ruled = true;
-        claim.defenderRight = defenderRight;
-        emit ClaimRuled(claimId, msg.sender, defenderRight, transcriptHash);
-    }
-
     /// @notice Ends a step or node claim whose deadlines passed (anyone may call it).
     function timeout(bytes32 claimId) external viaSettlement nonReentrant {
         Claim storage claim = _openClaim(claimId);
@@ -320,19 +295,6 @@ contract GavelGamesV2 is SeatStatementsV2 {
     }
 
     // ------------------------------------------------------------------ internals
-
-    function _bonds(bytes32 jobId) private view returns (GameBonds memory b) {
-        Job storage job = _jobs[jobId];
-        GameParams storage p = _gameParams[jobId];
-        uint256 n = job.providersWanted;
-        uint256 gamma = p.gasPriceCap;
-        uint256 pay = job.price / n;
-        uint256 intervalValue = (uint256(p.checkpointEvery) * pay + p.steps - 1) / p.steps;
-        b.openGame = n * gamma * (GAS_LIST_BASE + (uint256(p.checkpointEvery) + 1) * GAS_LIST_ENTRY) + gamma * GAS_RESOLVE;
-        b.pickStep = n * (gamma * (GAS_LIST_BASE + (uint256(p.graphNodes) + 1) * GAS_LIST_ENTRY) + intervalValue);
-        b.pickNode = p.refereeFee + n * gamma * GAS_POST_EVIDENCE;
-        b.referee = job.price + (uint256(WINNER_SHARE_BPS) * job.providerStake * n + BPS - 1) / BPS;
-    }
 
     function _newClaim(
         Claim storage claim,
@@ -459,14 +421,11 @@ contract GavelGamesV2 is SeatStatementsV2 {
             // Nobody defended the picked list.
             outcome = ClaimStatus.Upheld;
         } else if (claim.level == NODE) {
-            if (claim.ruled) {
-                outcome = claim.defenderRight ? ClaimStatus.Failed : ClaimStatus.Upheld;
-            } else {
-                // The referee has until ruleBy.
-                if (block.timestamp < claim.ruleBy) revert GameTooEarly(claim.ruleBy);
-                outcome = ClaimStatus.Void;
-                _burnRefereeBond(jobId, claim.gameId);
-            }
+            // A ruling is final from ruleBy (its appeal window; held while an appeal runs).
+            if (block.timestamp < claim.ruleBy) revert GameTooEarly(claim.ruleBy);
+            // Unruled, the claim voids only once no referee is left to draw (section 9).
+            if (!claim.ruled && !_rulings[claimId].refereesOut) revert GameNoRuling(claimId);
+            outcome = !claim.ruled ? ClaimStatus.Void : claim.defenderRight ? ClaimStatus.Failed : ClaimStatus.Upheld;
         } else {
             // Picks under the answered lists are allowed until pickUntil...
             if (block.timestamp < claim.pickUntil) revert GameTooEarly(claim.pickUntil);
@@ -475,6 +434,7 @@ contract GavelGamesV2 is SeatStatementsV2 {
             outcome = claim.upheldChild ? ClaimStatus.Upheld : claim.voidChild ? ClaimStatus.Void : ClaimStatus.Failed;
         }
         claim.status = outcome;
+        if (claim.level == NODE) _releaseReferee(jobId, _rulings[claimId]);
         if (outcome == ClaimStatus.Failed) {
             _payBond(jobId, claimId, claim);
         } else {
@@ -511,15 +471,17 @@ contract GavelGamesV2 is SeatStatementsV2 {
         }
     }
 
-    /// A failed claim: its bond to the seats covering the picked list, f_R of it to the referee that ruled.
+    /// A failed claim: its bond to the seats covering the picked list, f_R of it to the referee
+    /// whose ruling stood (an overturned referee's fee stays with the seats).
     function _payBond(bytes32 jobId, bytes32 claimId, Claim storage claim) private {
         uint256 bond = claim.bond;
         _take(claim.author, bond);
         uint256 toReferee;
-        if (claim.ruled) {
+        address ruler = _feeTo(claimId);
+        if (ruler != address(0)) {
             toReferee = _gameParams[jobId].refereeFee;
             if (toReferee > bond) toReferee = bond;
-            _credits[_jobs[jobId].client] += toReferee;
+            _credits[ruler] += toReferee;
         }
         address[] storage seats = _seatsOf[jobId];
         uint256 covering;
@@ -541,12 +503,12 @@ contract GavelGamesV2 is SeatStatementsV2 {
 
     /// An upheld node claim: each seat covering the node list forfeits S (LostGame). From the
     /// forfeited locks, in order: the path's transactions and its first joiners' joins at γ (once
-    /// per claim), w·S per seat in thirds to the authors of the interval, step and node claims
-    /// (none to the party that ruled), the rest burned.
+    /// per claim), f_R to a drawn referee whose ruling stood, w·S per seat in thirds to the
+    /// authors of the interval, step and node claims (none to the party that ruled), the rest burned.
     function _slashLosers(bytes32 jobId, bytes32 claimId, Claim storage claim) private {
-        address ruler = claim.ruled ? _jobs[jobId].client : address(0);
-        uint256 owed = _reimburse(jobId, claim.gameId, ruler) + _reimburse(jobId, claim.parent, ruler)
-            + _reimburse(jobId, claimId, ruler);
+        address ruler = _rulings[claimId].ruler;
+        uint256 owed;
+        bool costed;
         uint256 stake = _jobs[jobId].providerStake;
         uint256 third = stake * WINNER_SHARE_BPS / BPS / 3;
         address[3] memory finders = [_claims[claim.gameId].author, _claims[claim.parent].author, claim.author];
@@ -554,6 +516,11 @@ contract GavelGamesV2 is SeatStatementsV2 {
         for (uint256 i; i < seats.length; ++i) {
             address account = seats[i];
             if (!_standing(jobId, claim, account)) continue;
+            if (!costed) {
+                // Paid only where a lock pays for it (a second claim on a sunk list finds none).
+                costed = true;
+                owed = _pathCosts(jobId, claimId, claim, ruler);
+            }
             _seats[jobId][account].forfeit = ForfeitReason.LostGame;
             emit SeatForfeited(jobId, account, ForfeitReason.LostGame);
             _take(account, stake);
@@ -567,6 +534,18 @@ contract GavelGamesV2 is SeatStatementsV2 {
             }
             emit StakeSlashed(jobId, account, stake, claim.author, paid, stake - paid);
             _burn(stake - paid);
+        }
+    }
+
+    /// Credits the path's reimbursements and a drawn ruling referee's fee; returns their sum.
+    function _pathCosts(bytes32 jobId, bytes32 claimId, Claim storage claim, address ruler) private returns (uint256 owed) {
+        owed = _reimburse(jobId, claim.gameId, ruler) + _reimburse(jobId, claim.parent, ruler)
+            + _reimburse(jobId, claimId, ruler);
+        address feeTo = _feeTo(claimId);
+        // The client that ruled gains nothing from a slash; a drawn referee earns its fee either way.
+        if (feeTo != address(0) && feeTo != _jobs[jobId].client) {
+            _credits[feeTo] += _gameParams[jobId].refereeFee;
+            owed += _gameParams[jobId].refereeFee;
         }
     }
 
@@ -592,30 +571,10 @@ contract GavelGamesV2 is SeatStatementsV2 {
         emit PathReimbursed(claimId, total);
     }
 
-    /// A referee that let its allowance pass loses its bond, burned (the redraw of section 9 comes later).
-    function _burnRefereeBond(bytes32 jobId, bytes32 gameId) private {
-        uint256 bond = _refereeBond[jobId];
-        address client = _jobs[jobId].client;
-        // A client that took part in the game could not rule: its silence is no fault.
-        if (bond == 0 || _party[gameId][client]) return;
-        _refereeBond[jobId] = 0;
-        _take(client, bond);
-        emit StakeSlashed(jobId, client, bond, address(0), 0, bond);
-        _burn(bond);
-    }
-
-    /// Takes a lock out of its node's stake (the caller pays it on).
-    function _take(address account, uint256 amount) private {
-        Node storage node = _nodes[account];
-        node.locked -= amount;
-        node.stake -= amount;
-        node.obligations -= 1;
-    }
-
-    function _burn(uint256 amount) private {
-        if (amount == 0) return;
-        // BURN_ADDRESS has no code: the transfer cannot call back or fail.
-        (bool ok,) = payable(BURN_ADDRESS).call{value: amount}("");
-        if (!ok) revert WithdrawTransferFailed(BURN_ADDRESS, amount);
+    /// Who is owed the ruling's fee f_R: the referee whose ruling stood, unless an appeal
+    /// overturned the first one (the appeal referee was paid from the overturned one's bond).
+    function _feeTo(bytes32 claimId) private view returns (address) {
+        Ruling storage r = _rulings[claimId];
+        return r.overturned ? address(0) : r.ruler;
     }
 }

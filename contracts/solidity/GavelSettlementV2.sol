@@ -14,8 +14,9 @@ import {
     SeatStatus
 } from "./SettlementTypesV2.sol";
 import {GameParams} from "./GameTypesV2.sol";
-import {GavelGamesV2} from "./GavelGamesV2.sol";
+import {GavelRefereesV2} from "./GavelRefereesV2.sol";
 import {LibList} from "./LibList.sol";
+import {NodeRegistryV2} from "./NodeRegistryV2.sol";
 import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 
 /// @title GavelSettlementV2
@@ -36,14 +37,15 @@ import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 ///    w·S to the client and the rest burned. `settle` (anyone, once no deadline is left and no
 ///    item is open) closes what is left, pays each revealed seat p = ⌊P/n⌋ and its lock, and
 ///    credits the client the rest of the price.
-///  - The claim game of section 8 lives in `GavelGamesV2`, a module this contract deploys in
-///    its constructor and reaches by delegatecall from `fallback` for every selector it does
-///    not have (EIP-170 caps one contract's code at 24,576 bytes). Both inherit
-///    `SettlementStorageV2`, so the module moves this contract's stakes and nobody else's:
-///    there is one contract holding the money. A game counts in `openItems`.
+///  - The claim game of section 8 and equivocation (section 10) live in `GavelGamesV2`, rulings,
+///    draws and appeals (section 9) in `GavelRefereesV2`: modules deployed before this contract,
+///    named in its constructor and reached by delegatecall from `fallback` (EIP-170 caps one
+///    contract's code at 24,576 bytes, EIP-3860 its creation code at twice that, so neither can
+///    be created here). All inherit `SettlementStorageV2`, so a module moves this contract's
+///    stakes and nobody else's: there is one contract holding the money. A game counts in `openItems`.
 ///  - A client that referees locks P + w·S·n of its stake at openJob, back at settle.
-///  - Sections 7, 9 and 10 (demands, drawn referees and appeals, equivocation) come in later slices.
-contract GavelSettlementV2 is SettlementStorageV2 {
+///  - Section 7 (demands and witnesses) comes in a later slice.
+contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
     // ------------------------------------------------------------------ constants
 
     /// @notice Most seats one job can have (bounds the settlement loop).
@@ -54,10 +56,6 @@ contract GavelSettlementV2 is SettlementStorageV2 {
     uint32 public constant MAX_LIST = 1024;
     /// @notice s: a seat gets this many times the declared cost of the work it must redo.
     uint256 public constant HARDWARE_SLACK = 2;
-    /// @notice Referees or witnesses drawn for one item before it voids.
-    uint256 public constant MAX_DRAWS = 3;
-    /// @notice Blocks between recording a draw and making it.
-    uint256 public constant DRAW_DELAY = 2;
 
     /// @notice Δ: a transaction sent is mined within this many seconds.
     uint32 public immutable MARGIN;
@@ -68,8 +66,10 @@ contract GavelSettlementV2 is SettlementStorageV2 {
     /// @notice Most seconds one interval's recompute s·k·σ may take.
     uint32 public immutable MAX_INTERVAL_SECONDS;
 
-    /// @notice The claim game module (section 8), run by delegatecall on this contract's storage.
+    /// @notice The claim game module (sections 8 and 10), run by delegatecall on this contract's storage.
     address public immutable GAMES;
+    /// @notice The referee module (section 9: rule, drawReferee, appeal, ruleAppeal, timeoutReferee, getRuling).
+    address public immutable REFEREES;
 
     // ------------------------------------------------------------------ events
 
@@ -98,6 +98,8 @@ contract GavelSettlementV2 is SettlementStorageV2 {
 
     /// @notice A constructor setting (Δ, β, block time, interval bound) is zero.
     error SettlementZeroSetting();
+    /// @notice A module's settings (Δ, w, the node rules) are not this contract's.
+    error SettlementModuleMismatch(address module);
     /// @notice A job with this id exists.
     error JobExists(bytes32 jobId);
     /// @notice No job with this id.
@@ -167,7 +169,9 @@ contract GavelSettlementV2 is SettlementStorageV2 {
         uint32 margin,
         uint64 bandwidth,
         uint32 blockSeconds,
-        uint32 maxIntervalSeconds
+        uint32 maxIntervalSeconds,
+        address games,
+        address referees
     ) SettlementStorageV2(unbondingDelay, minNodeStake, winnerShareBps) {
         // Every deadline derives from these; a zero would make some allowance zero or divide by it.
         if (margin == 0 || bandwidth == 0 || blockSeconds == 0 || maxIntervalSeconds == 0) revert SettlementZeroSetting();
@@ -175,15 +179,25 @@ contract GavelSettlementV2 is SettlementStorageV2 {
         BANDWIDTH = bandwidth;
         BLOCK_SECONDS = blockSeconds;
         MAX_INTERVAL_SECONDS = maxIntervalSeconds;
-        GAMES = address(new GavelGamesV2(unbondingDelay, minNodeStake, winnerShareBps, margin));
+        // The modules compute with their own copies of the immutables: they must be these.
+        _checkModule(games);
+        _checkModule(referees);
+        GAMES = games;
+        REFEREES = referees;
     }
 
-    /// @notice Runs the game's moves (GavelGamesV2) on this contract's storage and money.
+    /// @notice Runs the modules' calls on this contract's storage and money: section 9's by
+    /// GavelRefereesV2, every other selector by GavelGamesV2.
     fallback() external {
-        address games = GAMES;
+        bytes4 selector = msg.sig;
+        address module = selector == GavelRefereesV2.rule.selector || selector == GavelRefereesV2.appeal.selector
+            || selector == GavelRefereesV2.drawReferee.selector || selector == GavelRefereesV2.ruleAppeal.selector
+            || selector == GavelRefereesV2.timeoutReferee.selector || selector == GavelRefereesV2.getRuling.selector
+            ? REFEREES
+            : GAMES;
         assembly {
             calldatacopy(0, 0, calldatasize())
-            let ok := delegatecall(gas(), games, 0, calldatasize(), 0, 0)
+            let ok := delegatecall(gas(), module, 0, calldatasize(), 0, 0)
             returndatacopy(0, 0, returndatasize())
             if iszero(ok) { revert(0, returndatasize()) }
             return(0, returndatasize())
@@ -239,7 +253,7 @@ contract GavelSettlementV2 is SettlementStorageV2 {
         _gameParams[jobId] = GameParams(terms.steps, terms.checkpointEvery, terms.graphNodes, terms.gasPriceCap, terms.refereeFee);
         if (terms.clientReferees) {
             // P + w·S·n: more than a client gains from one false ruling against every seat (section 9).
-            uint256 bond = terms.price + (uint256(WINNER_SHARE_BPS) * terms.providerStake * terms.providersWanted + BPS - 1) / BPS;
+            uint256 bond = _refereeBondOf(job);
             _lock(client, msg.sender, bond);
             _refereeBond[jobId] = bond;
         }
@@ -445,6 +459,13 @@ contract GavelSettlementV2 is SettlementStorageV2 {
     }
 
     // ------------------------------------------------------------------ internals
+
+    function _checkModule(address module) private view {
+        GavelRefereesV2 m = GavelRefereesV2(module);
+        bool same = m.MARGIN() == MARGIN && m.WINNER_SHARE_BPS() == WINNER_SHARE_BPS
+            && m.UNBONDING_DELAY() == UNBONDING_DELAY && m.MIN_STAKE() == MIN_STAKE;
+        if (!same) revert SettlementModuleMismatch(module);
+    }
 
     function _existingJob(bytes32 jobId) private view returns (Job storage job) {
         job = _jobs[jobId];

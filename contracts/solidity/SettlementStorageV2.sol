@@ -2,15 +2,20 @@
 pragma solidity 0.8.28;
 
 import {Job, JobStatus, Seat, SeatStatus} from "./SettlementTypesV2.sol";
-import {Claim, GameParams} from "./GameTypesV2.sol";
-import {NodeRegistryV2} from "./NodeRegistryV2.sol";
+import {Claim, GameBonds, GameParams, Ruling} from "./GameTypesV2.sol";
+import {NodeStoreV2} from "./NodeStoreV2.sol";
 
 /// @title SettlementStorageV2
 /// @notice Every storage variable of the settlement contract, version 2, declared once: the
-/// contract (`GavelSettlementV2`) and its game module (`GavelGamesV2`, reached by delegatecall)
-/// both inherit it, so both read and write the same slots of the one contract that holds the money.
-/// @dev Append new variables at the end only: the module and the contract must agree on every slot.
-abstract contract SettlementStorageV2 is NodeRegistryV2 {
+/// contract (`GavelSettlementV2`) and its modules (`GavelGamesV2`, `GavelRefereesV2`, reached by
+/// delegatecall) all inherit it, so all read and write the same slots of the one contract that
+/// holds the money; with the few internals both modules need.
+/// @dev Append new variables at the end only: the modules and the contract must agree on every slot.
+abstract contract SettlementStorageV2 is NodeStoreV2 {
+    /// @notice Referees or witnesses drawn for one item (one level of a claim) before it gives up.
+    uint256 public constant MAX_DRAWS = 3;
+    /// @notice Blocks between arming a draw and the block whose hash seeds it.
+    uint256 public constant DRAW_DELAY = 2;
     /// @notice Joiners of a claim whose join gas is reimbursed when it wins (8.3).
     uint256 public constant MAX_JOINERS = 8;
     /// @notice Gas figures the bonds and reimbursements pay at γ (section 13, measured by
@@ -31,6 +36,12 @@ abstract contract SettlementStorageV2 is NodeRegistryV2 {
     uint256 public constant GAS_PICK_NODE = 210_000;
     /// @notice See GAS_OPEN_GAME.
     uint256 public constant GAS_JOIN = 150_000;
+    /// @notice Gas of appeal, of a drawReferee that draws, and of ruleAppeal (the appeal bond pre-pays them).
+    uint256 public constant GAS_APPEAL = 90_000;
+    /// @notice See GAS_APPEAL.
+    uint256 public constant GAS_DRAW = 80_000;
+    /// @notice See GAS_APPEAL.
+    uint256 public constant GAS_RULE_APPEAL = 90_000;
 
     mapping(bytes32 jobId => Job) internal _jobs;
     mapping(bytes32 jobId => address[]) internal _seatsOf;
@@ -54,7 +65,46 @@ abstract contract SettlementStorageV2 is NodeRegistryV2 {
     /// Its first MAX_JOINERS joiners, in order (reimbursed when it wins).
     mapping(bytes32 claimId => address[]) internal _joiners;
 
+    /// The referees of each node claim (section 9).
+    mapping(bytes32 claimId => Ruling) internal _rulings;
+    /// Accounts drawn to referee a claim, at either level (they are not drawn for it again).
+    mapping(bytes32 claimId => mapping(address account => bool)) internal _refereed;
+
     constructor(uint64 unbondingDelay, uint256 minNodeStake, uint16 winnerShareBps)
-        NodeRegistryV2(unbondingDelay, minNodeStake, winnerShareBps)
+        NodeStoreV2(unbondingDelay, minNodeStake, winnerShareBps)
     {}
+
+    /// The bonds of a job's moves (sections 8.5 and 9); protocol.economics.bonds computes the same.
+    function _bonds(bytes32 jobId) internal view returns (GameBonds memory b) {
+        Job storage job = _jobs[jobId];
+        GameParams storage p = _gameParams[jobId];
+        uint256 n = job.providersWanted;
+        uint256 gamma = p.gasPriceCap;
+        uint256 pay = job.price / n;
+        uint256 intervalValue = (uint256(p.checkpointEvery) * pay + p.steps - 1) / p.steps;
+        b.openGame = n * gamma * (GAS_LIST_BASE + (uint256(p.checkpointEvery) + 1) * GAS_LIST_ENTRY) + gamma * GAS_RESOLVE;
+        b.pickStep = n * (gamma * (GAS_LIST_BASE + (uint256(p.graphNodes) + 1) * GAS_LIST_ENTRY) + intervalValue);
+        b.pickNode = p.refereeFee + n * gamma * GAS_POST_EVIDENCE;
+        b.referee = _refereeBondOf(job);
+        b.appeal = _appealBondOf(jobId);
+    }
+
+    /// A = f_R + γ·(G_appeal + G_draw + G_ruleAppeal): what an appellant locks (section 9).
+    function _appealBondOf(bytes32 jobId) internal view returns (uint256) {
+        GameParams storage p = _gameParams[jobId];
+        return p.refereeFee + uint256(p.gasPriceCap) * (GAS_APPEAL + GAS_DRAW + GAS_RULE_APPEAL);
+    }
+
+    /// P + ⌈w·S·n⌉: what a referee (the client, or a drawn node) locks to rule one job's claims.
+    function _refereeBondOf(Job storage job) internal view returns (uint256) {
+        return job.price + (uint256(WINNER_SHARE_BPS) * job.providerStake * job.providersWanted + BPS - 1) / BPS;
+    }
+
+    /// Gives a claim's drawn first-level referee its bond back, if one still holds it.
+    function _releaseReferee(bytes32 jobId, Ruling storage r) internal {
+        address referee = r.referee;
+        if (referee == address(0)) return;
+        r.referee = address(0);
+        _unlock(jobId, referee, _refereeBondOf(_jobs[jobId]));
+    }
 }

@@ -9,12 +9,14 @@ interval is c = (j − 1) // k.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from eth_abi import encode as abi_encode
 from eth_utils import keccak
 
 from contracts import Role
 from contracts.settlement_v2_games import ClaimPicked, GameOpened
+from contracts.settlement_v2_referees import RefereeDrawn
 from protocol.listtree import ListTree, list_root
 
 from .settlement_world import NODE_STAKE, ed25519_key
@@ -23,6 +25,7 @@ from .settlement_world_v2 import INITIAL_STATE, WorldV2
 STEPS, EVERY, NODES = 10, 2, 4  # T, k (C = 5 intervals, a trace of 6 hashes), N
 WRONG_STEP, WRONG_NODE = 4, 2   # the cheater's first wrong step (interval 1, its step 2) and node
 REFEREE_FEE = 10**15
+DRAW_DELAY, DRAW_WINDOW, PROBES = 2, 255, 8  # GavelRefereesV2's draw (section 9)
 
 
 @dataclass(frozen=True)
@@ -58,11 +61,24 @@ TRUTH = Computation("truth", None)
 CHEAT = Computation("cheat", WRONG_STEP)
 
 
+def probe(seed_hash: bytes, claim_id: bytes, draws: int, registry: tuple[str, ...], eligible) -> str | None:
+    """The draw's twin: seed = keccak(blockhash(b + DRAW_DELAY), claimId, draws); the first eligible
+    of up to PROBES registry entries keccak(seed, i) mod |registry|; None when all miss."""
+    seed = keccak(abi_encode(["bytes32", "bytes32", "uint8"], [seed_hash, claim_id, draws]))
+    for i in range(PROBES if registry else 0):
+        candidate = registry[int.from_bytes(keccak(abi_encode(["bytes32", "uint256"], [seed, i])), "big") % len(registry)]
+        if eligible(candidate):
+            return candidate
+    return None
+
+
 class GameTable:
     """A job with one seat per computation, revealed, and helpers for the game's moves."""
 
     def __init__(self, w: WorldV2, computations: tuple[Computation, ...], **terms):
         self.w = w
+        self.parties: set[str] = set()  # accounts that opened, picked or joined in this job's games
+        self.drawn: dict[bytes, set[str]] = {}  # referees drawn per claim
         self.by_seat = dict(zip(w.providers, computations))
         self.jid = w.seated_job(len(computations), steps=STEPS, checkpoint_every=EVERY, graph_nodes=NODES,
                                 referee_fee=REFEREE_FEE, **terms)
@@ -81,6 +97,7 @@ class GameTable:
         return list_root(self.by_seat[seat].trace())
 
     def open_game(self, by: str, seat: str, c: int) -> bytes:
+        self.parties.add(by)
         return self._booked(self.w.as_(by).open_game(self.jid, self.root(seat), c)).one(GameOpened).game_id
 
     def post_steps(self, seat: str, game: bytes, c: int, comp: Computation | None = None):
@@ -93,6 +110,7 @@ class GameTable:
         return list_root(self.by_seat[seat].steps(c))
 
     def pick_step(self, by: str, game: bytes, seat: str, c: int, s: int) -> bytes:
+        self.parties.add(by)
         return self._booked(self.w.as_(by).pick_step(game, self.steps_root(seat, c), s)).one(ClaimPicked).claim_id
 
     def post_nodes(self, seat: str, claim: bytes, c: int, s: int):
@@ -104,16 +122,77 @@ class GameTable:
         return list_root(self.by_seat[seat].nodes(step))
 
     def pick_node(self, by: str, step_claim: bytes, seat: str, step: int, n: int) -> bytes:
+        self.parties.add(by)
         picked = self.w.as_(by).pick_node(step_claim, self.nodes_root(seat, step), n)
         return self._booked(picked).one(ClaimPicked).claim_id
 
     def post_evidence(self, seat: str, claim: bytes):
         return self._booked(self.w.as_(seat).post_evidence(claim, keccak(b"evidence of " + seat.encode() + claim)))
 
+    def eligible(self, claim: bytes):
+        """Section 9's eligibility, as the tests model it: active, free stake ≥ the referee bond, not
+        the client, a seat, a party to the games, the appellant or an earlier referee of the claim."""
+        s = self.w.settlement
+        bond = s.bonds_of(self.jid).referee
+        appellant = s.ruling(claim).appellant
+        excluded = {self.w.client, appellant, *self.seats, *self.parties, *self.drawn.get(claim, ())}
+
+        def check(account: str) -> bool:
+            node = s.node(account)
+            return node.status == 1 and node.stake - node.locked >= bond and account not in excluded
+        return check
+
+    def draw(self, claim: bytes, want=None, by: str | None = None) -> str | None:
+        """Arms the claim's draw if needed, mines up to its seed block b + DRAW_DELAY (choosing that
+        block's time until `want(seed block hash)` holds, as a block maker could), draws, and checks
+        the contract drew whom the twin `probe` says. Returns the referee drawn, or None."""
+        w, s = self.w, self.w.settlement
+        caller = w.as_(by or w.keeper)
+        r = s.ruling(claim)
+        if r.armed_block == 0 or w.chain.block_number() >= r.armed_block + DRAW_WINDOW:
+            self._booked(caller.draw_referee(claim))
+            r = s.ruling(claim)
+        seed_block = r.armed_block + DRAW_DELAY
+        while w.chain.block_number() < seed_block - 1:
+            w.chain.mine()
+        registry, eligible = s.referees(), self.eligible(claim)
+        fixed = w.chain.block_number() >= seed_block
+        for offset in range(1, 400):
+            mark = w.chain.snapshot()
+            if not fixed:
+                w.chain.mine(w.chain.now() + offset)
+            seed_hash = self.block_hash(seed_block)
+            expected = probe(seed_hash, claim, r.draws, registry, eligible)
+            if want is None or want(seed_hash) or fixed:
+                break
+            w.chain.revert(mark)
+        result = self._booked(caller.draw_referee(claim))
+        drawn = [e.referee for e in result.events if isinstance(e, RefereeDrawn)]
+        assert drawn == ([expected] if expected else []), (drawn, expected)
+        if expected:
+            self.drawn.setdefault(claim, set()).add(expected)
+        assert want is None or want(seed_hash), "the seed block was mined before the draw could choose it"
+        return expected
+
+    def block_hash(self, number: int) -> bytes:
+        raw = self.w.chain.tester.get_block_by_number(number)["hash"]
+        return bytes.fromhex(raw[2:]) if isinstance(raw, str) else bytes(raw)
+
     def after(self, deadline: int) -> None:
         """Mines up to `deadline`: the next transaction lands after it."""
         if deadline > self.w.chain.now():
             self.w.mine_at(deadline)
+
+
+def register_referees(w: WorldV2, count: int = 3, stake: int = 10 * NODE_STAKE) -> list[str]:
+    """`count` fresh accounts registered as referees with `stake` each (counted in the world's books)."""
+    referees = []
+    for i in range(count):
+        account = w.chain.new_account(stake + 10**18)
+        w.others.append(account)
+        w.as_(account).register(ed25519_key(f"referee {len(w.others)}"), Role.REFEREE, stake=stake)
+        referees.append(account)
+    return referees
 
 
 def register_auditors(w: WorldV2) -> tuple[str, str]:

@@ -60,6 +60,7 @@ class WorldV2:
     outsider: str
     client_key: bytes = ed25519_key("client")
     opened: dict[bytes, JobTerms] = field(default_factory=dict)
+    others: list[str] = field(default_factory=list)  # accounts made by a test (referees), in the books too
 
     def as_(self, account: str) -> SettlementV2:
         return self.settlement.connect(account)
@@ -107,7 +108,7 @@ class WorldV2:
     def ledger(self) -> dict[str, int]:
         """Where the contract's coins are: stakes, credits, escrow of unsettled jobs; and what was burned."""
         s = self.settlement
-        cast = [self.deployer, self.client, *self.providers, self.keeper, self.outsider]
+        cast = [self.deployer, self.client, *self.providers, self.keeper, self.outsider, *self.others]
         unsettled = [jid for jid in self.opened if s.job(jid).status in (1, 2)]
         return {
             "balance": s.balance(),
@@ -151,6 +152,7 @@ def world_v2(_stage_v2: _StageV2) -> WorldV2:
     """Version 2 just deployed, no node registered (a rolled-back shared chain)."""
     _stage_v2.world.chain.revert(_stage_v2.deployed)
     _stage_v2.world.opened.clear()
+    _stage_v2.world.others.clear()
     return _stage_v2.world
 
 
@@ -159,5 +161,6 @@ def cast_v2(_stage_v2: _StageV2) -> WorldV2:
     """Version 2 with the client and every provider registered."""
     _stage_v2.world.chain.revert(_stage_v2.registered)
     _stage_v2.world.opened.clear()
+    _stage_v2.world.others.clear()
     return _stage_v2.world
 

@@ -18,7 +18,7 @@ from contracts.artifacts import ARTIFACT_DIR, current_source_hash, load_artifact
 pytestmark = pytest.mark.settlement
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTRACTS = ("GavelSettlement", "ReentrantReceiver", "GavelSettlementV2", "GavelGamesV2", "LibList", "LibListHarnessV2", "Float64Step",
+CONTRACTS = ("GavelSettlement", "ReentrantReceiver", "GavelSettlementV2", "GavelGamesV2", "GavelRefereesV2", "LibList", "LibListHarnessV2", "Float64Step",
              "Float64StepHarness", "TensorChunk", "TensorChunkHarness")
 
 
@@ -88,6 +88,7 @@ def test_every_custom_error_of_version_2_is_provoked_by_some_test():
     errors = {item["name"] for item in load_artifact("GavelSettlementV2").abi if item["type"] == "error"}
     errors |= {item["name"] for item in load_artifact("LibListHarnessV2").abi if item["type"] == "error"}
     errors |= {item["name"] for item in load_artifact("GavelGamesV2").abi if item["type"] == "error"}
+    errors |= {item["name"] for item in load_artifact("GavelRefereesV2").abi if item["type"] == "error"}
     tests = "".join(p.read_text() for p in Path(__file__).parent.glob("test_settlement_v2_*.py"))
     untested = sorted(name for name in errors - V2_UNREACHABLE_YET if f'"{name}"' not in tests)
     assert not untested, f"no test provokes: {untested}"

@@ -105,19 +105,19 @@ def test_evidence_and_ruling_guards(table):
     step = t.pick_step(w.keeper, game, cheater, C_BAD, S_BAD)
     t.post_nodes(cheater, step, C_BAD, S_BAD)
     node = t.pick_node(w.keeper, step, cheater, WRONG_STEP, WRONG_NODE)
-    with reverts("GameNoEvidence", claimId=node):
+    with reverts("RefereeNoEvidence", claimId=node):
         w.as_(w.client).rule(node, False, keccak(b"t"))
     with reverts("GameZeroEvidence"):
         w.as_(cheater).post_evidence(node, b"\x00" * 32)
     t.post_evidence(cheater, node)
-    with reverts("GameWrongLevel", claimId=step, level=1):
+    with reverts("RefereeNotANodeClaim", claimId=step):
         w.as_(w.client).rule(step, False, keccak(b"t"))
-    with reverts("GameNotReferee", account=w.outsider):
+    with reverts("RefereeNotTheReferee", account=w.outsider):
         w.as_(w.outsider).rule(node, False, keccak(b"t"))
-    with reverts("GameRefereeIsParty", account=w.keeper):
+    with reverts("RefereeNotTheReferee", account=w.keeper):  # a party, and not the client
         w.as_(w.keeper).rule(node, False, keccak(b"t"))
     w.as_(w.client).rule(node, False, keccak(b"t"))
-    with reverts("GameAlreadyRuled", claimId=node):
+    with reverts("RefereeAlreadyRuled", claimId=node):
         w.as_(w.client).rule(node, True, keccak(b"t"))
 
 
@@ -136,5 +136,7 @@ def test_the_ruling_deadline(table):
     with reverts("GameTooEarly", notBefore=info.rule_by):
         w.as_(w.keeper).timeout(node)
     t.after(info.rule_by)
-    with reverts("GameDeadlinePassed"):
+    with reverts("RefereeDeadlinePassed"):
         w.as_(w.client).rule(node, False, keccak(b"t"))
+    with reverts("GameNoRuling", claimId=node):  # the silent client's bond is burned first (timeoutReferee)
+        w.as_(w.keeper).timeout(node)

@@ -8,7 +8,7 @@ from eth_utils import keccak
 
 from contracts.settlement_v2 import ForfeitReason, SeatForfeited
 from contracts.settlement_v2_games import ClaimJoined, ClaimPicked, ClaimResolved, ClaimStatus
-from protocol.economics import ESTIMATED_GAS, bonds
+from protocol.economics import DRAW_DELAY, ESTIMATED_GAS, MAX_DRAWS, bonds
 from protocol.listtree import ListTree, list_root
 
 from .game_world_v2 import CHEAT, EVERY, REFEREE_FEE, TRUTH, WRONG_NODE, WRONG_STEP, GameTable, holdings, register_auditors
@@ -46,8 +46,12 @@ def test_bonds_of_is_protocol_economics_bonds(cast_v2):
     t = GameTable(w, (TRUTH, CHEAT))
     expected = bonds(w.opened[t.jid].economic_terms(), w.settlement.chain_settings())
     got = w.settlement.bonds_of(t.jid)
-    assert (got.open_game, got.pick_step, got.pick_node, got.referee) == (
-        expected.open_game, expected.pick_step, expected.pick_node, expected.referee)
+    assert (got.open_game, got.pick_step, got.pick_node, got.referee, got.appeal) == (
+        expected.open_game, expected.pick_step, expected.pick_node, expected.referee, expected.appeal)
+    s = w.settlement  # the gas figures the appeal bond pre-pays are protocol.economics's
+    assert (s.setting("GAS_APPEAL"), s.setting("GAS_DRAW"), s.setting("GAS_RULE_APPEAL")) == (
+        ESTIMATED_GAS.appeal, ESTIMATED_GAS.draw, ESTIMATED_GAS.rule_appeal)
+    assert (s.setting("MAX_DRAWS"), s.setting("DRAW_DELAY")) == (MAX_DRAWS, DRAW_DELAY)
     assert w.settlement.node(w.client).locked == expected.referee  # locked at openJob
 
 
@@ -166,10 +170,14 @@ def test_a_client_that_referees_cannot_rule_a_game_it_picked_in(cast_v2):
     t.post_nodes(cheater, step, C_BAD, S_BAD)
     node = t.pick_node(w.client, step, cheater, WRONG_STEP, WRONG_NODE)
     t.post_evidence(cheater, node)
-    with reverts("GameRefereeIsParty", account=w.client):
+    with reverts("RefereeIsParty", account=w.client):
         w.as_(w.client).rule(node, False, keccak(b"transcript"))
-    # No referee can rule yet (the draw of section 9 comes later): the claim voids, bonds back,
-    # and the client's bond is not burned for a silence it could not help.
+    # A referee is drawn instead (section 9); with none registered every draw finds nobody, and
+    # after MAX_DRAWS the claim voids, bonds back; the client's bond is not burned for a silence
+    # it could not help.
+    for _ in range(3):
+        assert t.draw(node) is None
+    assert w.settlement.ruling(node).referees_out
     assert _close(t, node) == ClaimStatus.VOID
     assert _close(t, step) == ClaimStatus.VOID
     assert _close(t, game) == ClaimStatus.VOID
@@ -191,8 +199,12 @@ def test_a_silent_referee_loses_its_bond_and_the_claim_voids_with_bonds_back(cas
     node = t.pick_node(auditor, step, cheater, WRONG_STEP, WRONG_NODE)
     t.post_evidence(cheater, node)
     burned = w.ledger()["burned"]
-    assert _close(t, node) == ClaimStatus.VOID
+    t.after(w.settlement.claim(node).rule_by)
+    w.as_(w.keeper).timeout_referee(node)  # the silent client's bond is burned, a draw armed
     assert w.ledger()["burned"] == burned + referee_bond
+    for _ in range(3):  # nobody to draw: the claim voids
+        assert t.draw(node) is None
+    assert _close(t, node) == ClaimStatus.VOID
     assert holdings(w, w.client) == before[w.client] - referee_bond
     assert _close(t, step) == ClaimStatus.VOID
     assert _close(t, game) == ClaimStatus.VOID

@@ -45,8 +45,8 @@ def test_register_and_its_guards(world_v2):
     p = world_v2.as_(world_v2.providers[0])
     with reverts("NodeZeroKey"):
         p.register(b"\0" * 32, Role.PROVIDER, stake=NODE_STAKE)
-    with reverts("NodeInvalidRoles", roles=8):
-        p.register(ed25519_key("p"), 8, stake=NODE_STAKE)
+    with reverts("NodeInvalidRoles", roles=16):
+        p.register(ed25519_key("p"), 16, stake=NODE_STAKE)
     with reverts("NodeInvalidRoles", roles=0):
         p.register(ed25519_key("p"), 0, stake=NODE_STAKE)
     with reverts("NodeStakeBelowMinimum", sent=MIN_STAKE - 1, minimum=MIN_STAKE):
@@ -55,6 +55,29 @@ def test_register_and_its_guards(world_v2):
     with reverts("NodeAlreadyRegistered"):
         p.register(ed25519_key("p"), Role.PROVIDER, stake=NODE_STAKE)
     assert p.node().stake == NODE_STAKE and p.node().roles == Role.PROVIDER
+
+
+def test_the_referee_registry_lists_referees_from_register_to_complete_unbonding(world_v2):
+    """ROLE_REFEREE (section 9): a staked role; the draws probe the registry; leaving takes the node out of it."""
+    w = world_v2
+    a, b, c = w.providers
+    with reverts("NodeStakeBelowMinimum", sent=MIN_STAKE - 1, minimum=MIN_STAKE):
+        w.as_(a).register(ed25519_key("a"), Role.REFEREE, stake=MIN_STAKE - 1)
+    for i, account in enumerate((a, b, c)):
+        w.as_(account).register(ed25519_key(f"r{i}"), Role.REFEREE | Role.AUDITOR, stake=NODE_STAKE)
+    w.as_(w.client).register(w.client_key, Role.CLIENT, stake=0)
+    assert w.settlement.referees() == (a, b, c)
+    w.as_(a).begin_unbonding()
+    assert w.settlement.referees() == (a, b, c)  # listed until it leaves (the draw skips it: not active)
+    w.mine_at(w.chain.now() + UNBONDING_DELAY)
+    w.as_(a).complete_unbonding()
+    assert w.settlement.referees() == (c, b)  # the last takes the leaver's place
+    w.as_(b).begin_unbonding()
+    w.mine_at(w.chain.now() + UNBONDING_DELAY)
+    w.as_(b).complete_unbonding()
+    assert w.settlement.referees() == (c,)
+    w.as_(b).register(ed25519_key("again"), Role.REFEREE, stake=NODE_STAKE)
+    assert w.settlement.referees() == (c, b)
 
 
 def test_add_stake_and_its_guards(cast_v2):
