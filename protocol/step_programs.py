@@ -8,7 +8,9 @@ the registry operators on random inputs and compares). No generator branches on 
 so one program serves every element of an output.
 
 Covered: add, sub, mul, div (with broadcasting), neg, add_scalar, mul_scalar, relu, exp,
-log, tanh, sigmoid, softmax and layer_norm over the last axis, matmul.
+log, tanh, sigmoid, softmax and layer_norm over the last axis, matmul (`step_matmul`), the
+optimizer's adam_moment1, adam_moment2, adamw_update, beta_power_step, sum_to, and the data
+movement of reshape, transpose and broadcast_to.
 """
 from __future__ import annotations
 
@@ -234,6 +236,81 @@ def _layer_norm(t: Tracer, attrs, shapes) -> Val:
     return _out32(t, y)
 
 
+def _copy(t: Tracer, attrs, shapes) -> Val:
+    """Data movement: the output element is one input element (any width: a select copies bits)."""
+    return t.select(t.const(1), t.input(0), t.const(0))
+
+
+def _adam_moment1(t: Tracer, attrs, shapes) -> Val:
+    """m * beta + grad * f32(1 - beta), float32."""
+    beta = attrs["beta"]
+    return t.f32_canon(t.f32_add(t.f32_mul(t.input(0), t.const(_f32_bits(beta))),
+                                 t.f32_mul(t.input(1), t.const(_f32_bits(1.0 - beta)))))
+
+
+def _adam_moment2(t: Tracer, attrs, shapes) -> Val:
+    """v * beta + (grad * grad) * f32(1 - beta), float32."""
+    beta, g = attrs["beta"], t.input(1)
+    return t.f32_canon(t.f32_add(t.f32_mul(t.input(0), t.const(_f32_bits(beta))),
+                                 t.f32_mul(t.f32_mul(g, g), t.const(_f32_bits(1.0 - beta)))))
+
+
+def _beta_power_step(t: Tracer, attrs, shapes) -> Val:
+    return t.f32_canon(t.f32_mul(t.input(0), t.const(_f32_bits(attrs["beta"]))))
+
+
+def _adamw_update(t: Tracer, attrs, shapes) -> Val:
+    """decayed - (m / (sqrt(v) / sqrt(1 - b2^t) + eps)) * (lr / (1 - b1^t)), float32 (optim.adamw_update)."""
+    one = t.const(_f32_bits(1.0))
+    lr, eps, wd = attrs["lr"], attrs["eps"], attrs["weight_decay"]
+    param, m, v, b1, b2 = (t.input(k) for k in range(5))
+    bc1, bc2 = t.f32_sub(one, b1), t.f32_sub(one, b2)
+    denom = t.f32_add(t.f32_div(t.f32_sqrt(v), t.f32_sqrt(bc2)), t.const(_f32_bits(eps)))
+    step = t.f32_div(t.const(_f32_bits(lr)), bc1)
+    decayed = t.f32_mul(param, t.const(_f32_bits(1.0 - lr * wd)))
+    return t.f32_canon(t.f32_sub(decayed, t.f32_mul(t.f32_div(m, denom), step)))
+
+
+def _sum_to(t: Tracer, attrs, shapes) -> Val:
+    """float32 of the float64 tree over the summed axes, in C order (view 0 at the kept coordinates)."""
+    x, out = tuple(shapes[0]), tuple(attrs["shape"])
+    lead = len(x) - len(out)
+    own = contiguous_strides(x)
+    summed = [a for a in range(len(x)) if a < lead or (out[a - lead] == 1 and x[a] != 1)]
+    offsets = [0]
+    for a in summed:
+        offsets = [o + c * own[a] for o in offsets for c in range(x[a])]
+    return _out32(t, tree_sum(t, [t.f32_to_f64(t.input(0, o)) for o in offsets]))
+
+
+def _sum_to_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+    x, out = tuple(shapes[0]), tuple(attrs["shape"])
+    lead = len(x) - len(out)
+    own = contiguous_strides(x)
+    return out, (View(0, tuple(0 if (n == 1 and x[lead + d] != 1) else own[lead + d] for d, n in enumerate(out))),)
+
+
+def _reshape_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+    size = int(np.prod(shapes[0]))
+    shape = list(attrs["shape"])
+    if -1 in shape:
+        known = int(np.prod([n for n in shape if n != -1]))
+        shape[shape.index(-1)] = size // known if known else 0
+    out = tuple(shape)
+    return out, (View(0, contiguous_strides(out)),)
+
+
+def _transpose_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+    x, perm = tuple(shapes[0]), tuple(attrs["perm"])
+    own = contiguous_strides(x)
+    return tuple(x[p] for p in perm), (View(0, tuple(own[p] for p in perm)),)
+
+
+def _broadcast_to_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+    out = tuple(attrs["shape"])
+    return out, (broadcast_view(0, shapes[0], out),)
+
+
 def _elementwise_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
     out = tuple(np.broadcast_shapes(*shapes))
     return out, tuple(broadcast_view(k, s, out) for k, s in enumerate(shapes))
@@ -262,6 +339,10 @@ _FAMILIES: dict[str, tuple[Callable, Program]] = {
     "exp": (_elementwise_views, _unary64(exp_f64)), "log": (_elementwise_views, _unary64(log_f64)),
     "tanh": (_elementwise_views, _unary64(tanh_f64)), "sigmoid": (_elementwise_views, _unary64(sigmoid_f64)),
     "softmax": (_row_views, _softmax), "layer_norm": (_row_views, _layer_norm),
+    "adam_moment1": (_elementwise_views, _adam_moment1), "adam_moment2": (_elementwise_views, _adam_moment2),
+    "adamw_update": (_elementwise_views, _adamw_update), "beta_power_step": (_elementwise_views, _beta_power_step),
+    "reshape": (_reshape_views, _copy), "transpose": (_transpose_views, _copy),
+    "broadcast_to": (_broadcast_to_views, _copy), "sum_to": (_sum_to_views, _sum_to),
 }
 COVERED = frozenset(_FAMILIES)
 

@@ -1,6 +1,7 @@
 """`gavel dispute-sim`: an honest party and a cheating one play the dispute game on a real job.
 
     gavel dispute-sim JOB.toml --cheat STRATEGY [--steps N] [--seed S] [--cheater-role provider|auditor] [--json]
+                      [--on-chain-step]
 
 Both parties train the job with the reproducible training code (`TrainingOracle`);
 the cheater's run deviates as its strategy says (`node.cheats`). Each signs its
@@ -18,6 +19,11 @@ step, which bit, ...); the job's own seed stays as in the job file.
 While it runs it says on stderr what it is doing: each party's training, then each round
 of the game as the referee asks for it (the level and the range of the descent, the
 interval, step or node it asks about) and any timeout.
+
+With ``--on-chain-step``, a dispute that reached an operator node goes on to the fourth
+level on the embedded EVM (`node.cli.onchain_step`): both parties trace the first differing
+output element, bisect the traces on OneStepVerifier and the contract executes the one step
+and rules, the client offline; each transaction is printed with its gas, and the worst one.
 
 Output: the verdict, where the descent ended (checkpoint, step, node), the rounds
 against the bound `protocol.max_rounds`, the bytes exchanged and the time spent,
@@ -338,6 +344,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seeds the cheat's choices (the job keeps its own seed)")
     p.add_argument("--cheater-role", choices=(PROVIDER, AUDITOR), default=PROVIDER)
     p.add_argument("--json", action="store_true", help="end with one line of JSON")
+    p.add_argument("--on-chain-step", action="store_true",
+                   help="after the node is found, play the fourth level and the one-step ruling on the embedded EVM")
     return p
 
 
@@ -386,9 +394,21 @@ def dispute_sim_main(argv: list[str]) -> int:
     def progress(line: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f} s] {line}", file=sys.stderr, flush=True)
 
-    result = simulate(training, args.cheat, cheater_role=args.cheater_role, seed=args.seed, progress=progress)
+    honest = TrainingOracle(training)
+    result = simulate(training, args.cheat, cheater_role=args.cheater_role, seed=args.seed, honest=honest,
+                      progress=progress)
     for line in report_lines(result):
         print(line)
+    fourth = None
+    if args.on_chain_step:
+        from .onchain_step import play_fourth_level
+        fourth = play_fourth_level(result, honest, seed=args.seed, say=progress)
+        for line in fourth.lines() if fourth else ["on-chain step: the descent found no operator node"]:
+            print(line)
     if args.json:
-        print(json.dumps(result.to_json(), sort_keys=True))
-    return EXIT_HONEST_WON if result.honest_won else EXIT_HONEST_LOST
+        out = result.to_json()
+        if args.on_chain_step:
+            out["on_chain_step"] = fourth.to_json() if fourth else None
+        print(json.dumps(out, sort_keys=True))
+    honest_won = result.honest_won and (fourth is None or not fourth.covered or fourth.honest_won)
+    return EXIT_HONEST_WON if honest_won else EXIT_HONEST_LOST

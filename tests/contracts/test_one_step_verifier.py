@@ -16,7 +16,8 @@ from tests.protocol.test_step_programs import cases
 
 pytestmark = pytest.mark.settlement
 
-FAMILIES = ("add", "mul_scalar", "relu", "exp", "log", "tanh", "softmax", "layer_norm", "matmul")
+FAMILIES = ("add", "mul_scalar", "relu", "exp", "log", "tanh", "softmax", "layer_norm", "matmul", "adamw_update",
+            "sum_to", "transpose", "reshape")
 GAS_CAP = 5_000_000
 
 

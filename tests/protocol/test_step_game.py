@@ -14,7 +14,8 @@ from protocol.step_game import (
 from repops_cupy import ops
 from tests.protocol.test_step_programs import cases
 
-FAMILIES = ("add", "relu", "mul_scalar", "exp", "log", "tanh", "softmax", "layer_norm", "matmul")
+FAMILIES = ("add", "relu", "mul_scalar", "exp", "log", "tanh", "softmax", "layer_norm", "matmul", "adam_moment2",
+            "adamw_update", "sum_to", "transpose", "reshape", "broadcast_to")
 
 
 def game(op: str, cheater_side: int | None, kind: str = "step", seed: int = 0, element: int | None = None):
@@ -98,7 +99,7 @@ def test_both_sides_wrong_both_lose():
     honest = players[0]
     # the challenger also lies at the last step, with another wrong value
     bad = list(honest.values)
-    bad[-1] ^= 2
+    bad[-1] = next(x for x in (0x3F800000, 0x40000000, 0x40400000) if x not in (bad[-1], players[1].values[-1]))
     from protocol.step_game import StepPlayer, claimed_output, make_setup
     out0 = claimed_output(honest.output, setup.element, bad[-1])
     setup2 = make_setup(setup.spec, setup.element, honest.inputs, (out0, players[1].output))

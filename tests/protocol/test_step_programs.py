@@ -38,6 +38,14 @@ def cases(rng: np.random.Generator) -> dict[str, tuple[list[np.ndarray], dict]]:
         "softmax": ([v(40).reshape(5, 8)], {"axis": -1}),
         "layer_norm": ([v(40, edges=False).reshape(5, 8), v(8), v(8)], {"eps": 1e-5}),
         "matmul": ([v(6 * 10, edges=False).reshape(6, 10), v(10 * 4, edges=False).reshape(10, 4)], {}),
+        "adam_moment1": ([v(30), v(30)], {"beta": 0.9}), "adam_moment2": ([np.abs(v(30)), v(30)], {"beta": 0.99}),
+        "adamw_update": ([v(30), v(30), np.abs(v(30)), np.float32(0.9 ** 3), np.float32(0.99 ** 3)],
+                         {"lr": 3e-3, "eps": 1e-8, "weight_decay": 0.01}),
+        "beta_power_step": ([np.float32(0.729)], {"beta": 0.9}),
+        "reshape": ([v(24).reshape(2, 3, 4)], {"shape": (4, -1)}),
+        "transpose": ([v(24).reshape(2, 3, 4)], {"perm": (2, 0, 1)}),
+        "broadcast_to": ([v(4).reshape(1, 4)], {"shape": (3, 2, 4)}),
+        "sum_to": ([v(60).reshape(3, 5, 4)], {"shape": (5, 1)}),
     }
 
 
