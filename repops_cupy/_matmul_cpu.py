@@ -98,38 +98,26 @@ if AVAILABLE:
                 shift[bt, j] = _shift_of(top, buf_f, buf_i)
 
     @_jit_serial
-    def _digits_into(x, scale, planes, first, step):
-        # X = rint(x * scale), a non-finite x counting as 0; its balanced digits, least
-        # significant first, go to planes[first + step * s]. float32 -> float64 and the
-        # power-of-two scale are exact; rint is the one truncation of the specification.
-        for j in range(x.shape[0]):
-            v = np.float64(x[j]) * scale[j]
-            v = v if abs(v) < 1e300 else 0.0
-            rest = np.int64(np.rint(v))
-            for s in range(DIGITS - 1):
-                d = ((rest + 128) & 255) - 128
-                planes[first + step * s, j] = d
-                rest = (rest - d) >> DIGIT_BITS
-            planes[first + step * (DIGITS - 1), j] = rest
-
-    @_jit_serial
-    def _row_digits_into(x, scale, planes, rest):
-        # as _digits_into with one scale for the row, most significant digit first; one
-        # pass per digit over the row (`rest` is scratch of the row's length)
-        n = x.shape[0]
-        for j in range(n):
-            v = np.float64(x[j]) * scale
-            rest[j] = np.int64(np.rint(v if abs(v) < 1e300 else 0.0))
+    def _digits_of(rest, planes, first, step):
+        # the balanced digits of the integers in `rest` (overwritten), least significant
+        # first, into planes[first + step * s]: one pass per digit, so the loops vectorise
+        n = rest.shape[0]
         for s in range(DIGITS - 1):
-            plane = planes[DIGITS - 1 - s]
+            plane = planes[first + step * s]
             for j in range(n):
                 r = rest[j]
                 d = ((r + 128) & 255) - 128
                 plane[j] = d
                 rest[j] = (r - d) >> DIGIT_BITS
-        top = planes[0]
+        plane = planes[first + step * (DIGITS - 1)]
         for j in range(n):
-            top[j] = rest[j]
+            plane[j] = rest[j]
+
+    @_jit_serial
+    def _scaled(v):
+        # rint(v) as int64 for v = x * 2^shift (exact), a non-finite x counting as 0;
+        # rint is the one truncation of the specification
+        return np.int64(np.rint(v if abs(v) < 1e300 else 0.0))
 
     @_jit
     def split_rows(a, shift, k0, out):
@@ -140,7 +128,11 @@ if AVAILABLE:
         for blk in prange(blocks):
             rest = np.empty(width, np.int64)
             for i in range(blk * m // blocks, (blk + 1) * m // blocks):
-                _row_digits_into(a[i, k0:k0 + width], math.ldexp(1.0, shift[i]), out[i], rest)
+                scale = math.ldexp(1.0, shift[i])
+                row = a[i, k0:k0 + width]
+                for j in range(width):
+                    rest[j] = _scaled(np.float64(row[j]) * scale)  # float32 -> float64 exact
+                _digits_of(rest, out[i], DIGITS - 1, -1)
 
     @_jit
     def split_cols(b, shift, k0, out):
@@ -151,9 +143,16 @@ if AVAILABLE:
         for bt in range(nb):
             for j in range(n):
                 scale[bt, j] = math.ldexp(1.0, shift[bt, j])
-        for task in prange(nb * width):
-            bt, r = task // width, task % width
-            _digits_into(b[bt, k0 + r], scale[bt], out[bt, :, r], 0, 1)
+        tasks = nb * width
+        blocks = min(tasks, 64)  # (product, row) tasks in blocks, scratch allocated per block
+        for blk in prange(blocks):
+            rest = np.empty(n, np.int64)
+            for task in range(blk * tasks // blocks, (blk + 1) * tasks // blocks):
+                bt, r = task // width, task % width
+                row, cols = b[bt, k0 + r], scale[bt]
+                for j in range(n):
+                    rest[j] = _scaled(np.float64(row[j]) * cols[j])  # float32 -> float64 exact
+                _digits_of(rest, out[bt, :, r], 0, 1)
 
     @_jit_serial
     def _add_planes(planes, weights, i, h, low):
