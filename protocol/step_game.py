@@ -35,7 +35,7 @@ from . import chunk_tree
 from .errors import LocalProtocolError, RemoteProtocolError
 from .float64_steps import STEPS, f32_canon, is_nan32
 from .step_trace import (
-    CONST, INPUT, NONE, STEP, ElementSpec, Instr, TensorInfo, Tracer, input_index, merkle_proof, program_leaf,
+    CONST, INPUT, NONE, STEP, ElementSpec, Instr, TensorInfo, Tracer, input_index, keccak_tree_proof, program_leaf,
     tensor_info, tensor_opening, trace_leaf, tree_depth, verify_proof,
 )
 
@@ -253,8 +253,9 @@ class StepGame:
             if operand.ref >= index:
                 raise RemoteProtocolError("an operand after the step")
             # every leaf left of the located one is the same in both trees: a proof in either holds
+            leaf = trace_leaf(opening.value)
             if len(opening.siblings) != self.setup.depth or not any(
-                    verify_proof(root, trace_leaf(opening.value), operand.ref, opening.siblings) for root in self.roots):
+                    verify_proof(root, leaf, operand.ref, opening.siblings) for root in self.roots):
                 raise RemoteProtocolError("trace proof does not hold")
             return opening.value
         spec = self.setup.spec
@@ -300,7 +301,7 @@ class StepPlayer:
 
     def commitment(self) -> Commitment:
         _, chunk, siblings = tensor_opening(self.output, self.setup.element)
-        last = merkle_proof(self.leaves, self.setup.spec.length - 1)
+        last = keccak_tree_proof(self.leaves, self.setup.spec.length - 1)
         return Commitment(self.root, chunk, tuple(siblings), tuple(last))
 
     def children(self, level: int, position: int) -> tuple[bytes, bytes]:
@@ -318,12 +319,12 @@ class StepPlayer:
         if index >= spec.length:
             return Instr(0), [], [Opening()] * 3
         instr = spec.program[index]
-        proof = merkle_proof([program_leaf(i) for i in spec.program], index)
+        proof = keccak_tree_proof([program_leaf(i) for i in spec.program], index)
         openings = []
         for operand in instr.operands:
             if operand.kind == STEP:
                 openings.append(Opening(self.padded[operand.ref], b"",
-                                        tuple(merkle_proof(self.leaves, operand.ref))))
+                                        tuple(keccak_tree_proof(self.leaves, operand.ref))))
             elif operand.kind == INPUT:
                 tensor, element = input_index(spec.views, spec.out_shape, self.setup.element, operand.ref)
                 _, chunk, siblings = tensor_opening(self.inputs[tensor], element)
@@ -353,11 +354,12 @@ CHEATS = ("step", "last", "garbage")
 
 
 def cheat_values(spec: ElementSpec, element: int, inputs: Sequence[np.ndarray], honest: Sequence[int],
-                 rng: np.random.Generator, kind: str = "step") -> tuple[int, ...]:
-    """A cheater's trace ending in a wrong value: one step's value altered and the rest computed on from it
-    ("step"), only the last value altered ("last"), or random values from a random step on ("garbage")."""
+                 rng: np.random.Generator, kind: str = "step", at: int | None = None) -> tuple[int, ...]:
+    """A cheater's trace ending in a wrong value: one step's value altered (step `at`, else a random one)
+    and the rest computed on from it ("step"), only the last value altered ("last"), or random values
+    from a random step on ("garbage")."""
     length = len(honest)
-    at = int(rng.integers(0, length))
+    at = int(rng.integers(0, length)) if at is None else at
     if kind == "step":
         values = replay(spec, element, inputs, {at: honest[at] ^ (1 << int(rng.integers(0, 32)))})
     elif kind == "last":

@@ -25,7 +25,6 @@ import numpy as np
 
 from repops_cupy import _matmul_spec as M
 
-from .step_programs import register
 from .step_trace import Tracer, Val, View
 
 __all__ = ["matmul_program", "matmul_views"]
@@ -52,7 +51,8 @@ def _batch_strides(shape: tuple[int, ...], batch: tuple[int, ...]) -> list[int]:
     return [0] * (len(batch) - len(own)) + strides
 
 
-def matmul_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+def matmul_views(attrs: Mapping[str, Any],
+                 shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
     a, b = (tuple(s) for s in shapes)
     m, k, n = _dims(attrs, shapes)
     batch = tuple(np.broadcast_shapes(a[:-2], b[:-2]))
@@ -131,5 +131,3 @@ def matmul_program(t: Tracer, attrs: Mapping[str, Any], shapes: Sequence[tuple[i
     out = t.select(t.f64_lt(t.f64_abs(products), t.c64(float("inf"))), finite_out, t.f64_to_f32(products))
     return t.f32_canon(out)
 
-
-register("matmul", matmul_views, matmul_program)

@@ -22,11 +22,14 @@ from repops_cupy import constants as C
 from repops_cupy.hashing import canonical_array
 
 from .errors import LocalProtocolError
+from .step_matmul import matmul_program, matmul_views
 from .step_trace import ElementSpec, ElementTrace, Tracer, Val, View, broadcast_view, contiguous_strides
 
 __all__ = ["COVERED", "element_spec", "trace_element"]
 
-Program = Callable[[Tracer, Mapping[str, Any], Sequence[tuple[int, ...]]], Val]
+Shapes = Sequence[tuple[int, ...]]
+Layout = tuple[tuple[int, ...], tuple[View, ...]]  # the output shape and the input views
+Program = Callable[[Tracer, Mapping[str, Any], Shapes], Val]
 
 
 # --- float64 functions (transcendental.py, lane by lane) -------------------------------------
@@ -283,14 +286,14 @@ def _sum_to(t: Tracer, attrs, shapes) -> Val:
     return _out32(t, tree_sum(t, [t.f32_to_f64(t.input(0, o)) for o in offsets]))
 
 
-def _sum_to_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+def _sum_to_views(attrs: Mapping[str, Any], shapes: Shapes) -> Layout:
     x, out = tuple(shapes[0]), tuple(attrs["shape"])
     lead = len(x) - len(out)
     own = contiguous_strides(x)
     return out, (View(0, tuple(0 if (n == 1 and x[lead + d] != 1) else own[lead + d] for d, n in enumerate(out))),)
 
 
-def _reshape_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+def _reshape_views(attrs: Mapping[str, Any], shapes: Shapes) -> Layout:
     size = int(np.prod(shapes[0]))
     shape = list(attrs["shape"])
     if -1 in shape:
@@ -300,23 +303,23 @@ def _reshape_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) 
     return out, (View(0, contiguous_strides(out)),)
 
 
-def _transpose_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+def _transpose_views(attrs: Mapping[str, Any], shapes: Shapes) -> Layout:
     x, perm = tuple(shapes[0]), tuple(attrs["perm"])
     own = contiguous_strides(x)
     return tuple(x[p] for p in perm), (View(0, tuple(own[p] for p in perm)),)
 
 
-def _broadcast_to_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+def _broadcast_to_views(attrs: Mapping[str, Any], shapes: Shapes) -> Layout:
     out = tuple(attrs["shape"])
     return out, (broadcast_view(0, shapes[0], out),)
 
 
-def _elementwise_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+def _elementwise_views(attrs: Mapping[str, Any], shapes: Shapes) -> Layout:
     out = tuple(np.broadcast_shapes(*shapes))
     return out, tuple(broadcast_view(k, s, out) for k, s in enumerate(shapes))
 
 
-def _row_views(attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+def _row_views(attrs: Mapping[str, Any], shapes: Shapes) -> Layout:
     out = tuple(shapes[0])
     own = contiguous_strides(out)
     views = [View(0, own[:-1] + (0,)), View(0, own)]
@@ -343,15 +346,9 @@ _FAMILIES: dict[str, tuple[Callable, Program]] = {
     "adamw_update": (_elementwise_views, _adamw_update), "beta_power_step": (_elementwise_views, _beta_power_step),
     "reshape": (_reshape_views, _copy), "transpose": (_transpose_views, _copy),
     "broadcast_to": (_broadcast_to_views, _copy), "sum_to": (_sum_to_views, _sum_to),
+    "matmul": (matmul_views, matmul_program),
 }
 COVERED = frozenset(_FAMILIES)
-
-
-def register(op: str, views: Callable, program: Program) -> None:
-    """Adds an operator family (the matrix product registers itself from `step_matmul`)."""
-    _FAMILIES[op] = (views, program)
-    global COVERED
-    COVERED = frozenset(_FAMILIES)
 
 
 def trace_element(op: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray], element: int) -> ElementTrace:
@@ -373,5 +370,3 @@ def element_spec(op: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]
     """The element program of `op` on inputs of these shapes (traced on element 0)."""
     return trace_element(op, attrs, inputs, 0).spec
 
-
-from . import step_matmul  # noqa: E402,F401 - registers the matrix product (it imports `register`)

@@ -46,8 +46,8 @@ from .float64_steps import STEPS
 
 __all__ = [
     "CONST", "ElementSpec", "ElementTrace", "INPUT", "Instr", "NONE", "Operand", "STEP", "TensorInfo", "Tracer",
-    "Val", "View", "input_index", "merkle_proof", "merkle_root", "program_leaf", "tensor_info", "tensor_opening",
-    "trace_leaf", "tree_depth", "verify_proof",
+    "Val", "View", "input_index", "keccak_tree_proof", "keccak_tree_root", "program_leaf", "tensor_info",
+    "tensor_opening", "trace_leaf", "tree_depth", "verify_proof",
 ]
 
 NONE, STEP, INPUT, CONST = 0, 1, 2, 3
@@ -125,7 +125,7 @@ class ElementSpec:
 
     @property
     def root(self) -> bytes:
-        return merkle_root([program_leaf(i) for i in self.program])
+        return keccak_tree_root([program_leaf(i) for i in self.program])
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class ElementTrace:
 
     @property
     def root(self) -> bytes:
-        return merkle_root(self.leaves())
+        return keccak_tree_root(self.leaves())
 
 
 # --- Merkle trees (keccak, perfect, padded with value 0) ------------------------------------
@@ -172,11 +172,11 @@ def _levels(leaves: Sequence[bytes], pad: bytes) -> list[list[bytes]]:
     return levels
 
 
-def merkle_root(leaves: Sequence[bytes], pad: bytes = ZERO_LEAF) -> bytes:
+def keccak_tree_root(leaves: Sequence[bytes], pad: bytes = ZERO_LEAF) -> bytes:
     return _levels(leaves, pad)[-1][0]
 
 
-def merkle_proof(leaves: Sequence[bytes], index: int, pad: bytes = ZERO_LEAF) -> list[bytes]:
+def keccak_tree_proof(leaves: Sequence[bytes], index: int, pad: bytes = ZERO_LEAF) -> list[bytes]:
     """Siblings from the leaf up."""
     levels = _levels(leaves, pad)
     if not 0 <= index < len(levels[0]):

@@ -1,6 +1,7 @@
 """Benchmark of the on-chain one-step verifier's parts (issue 18; docs/onchain-step.md).
 
     python scripts/bench_onchain_step.py [--cases 200] [--tensor-mib 4] [--repeats 5]
+    python scripts/bench_onchain_step.py --fourth-level [--job scripts/jobs/tiny-gpt.toml] [--seeds 12]
 
 1. Gas of each primitive step of Float64Step.sol on the embedded EVM: mean and largest over
    edge cases and random, close-exponent, boundary and tie cases, measured in the EVM around
@@ -11,6 +12,13 @@
 3. Python time to hash the same tensor: today's `repops_cupy.hashing.hash_tensor` (the
    baseline, measured in the same run), the keccak chunk tree, and the numpy BLAKE3 chunk tree
    (the proof side); printed as ratios against the baseline. Medians over --repeats.
+
+With --fourth-level: the fourth level and the one-step ruling on the embedded EVM, at the
+job's own shapes. (a) For every covered operator of one training step, its node with the
+longest element program: a cheating defender wrong from a random step on (rounds, gas of
+each kind of transaction) and a cheat located at the step with the most input openings
+(the dearest ruling). (b) Whole disputes (`gavel dispute-sim --on-chain-step`) with the
+wrong-op-output cheat for --seeds seeds: levels 1-3 off chain as today, then level 4 on chain.
 """
 from __future__ import annotations
 
@@ -97,12 +105,102 @@ def hashing_throughput(tensor: np.ndarray, repeats: int) -> None:
         print(f"  {label:<45}{seconds * 1e3:>9.2f} ms {mib / seconds:>9.0f} MiB/s  x{seconds / baseline:>7.1f}")
 
 
+def _dearest_step(spec) -> int:
+    """The step whose operands need the most input chunk openings (the first such)."""
+    from protocol.step_trace import INPUT
+    counts = [sum(o.kind == INPUT for o in instr.operands) for instr in spec.program]
+    return counts.index(max(counts))
+
+
+def fourth_level_per_operator(job: str) -> None:
+    from contracts.step_verifier import StepVerifier, play
+    from node.cli.train import load_training
+    from node.training_oracle import TrainingOracle
+    from protocol.step_game import StepPlayer, cheat_values, claimed_output, make_setup
+    from protocol.step_programs import COVERED, trace_element
+
+    training = load_training(job, 1)
+    oracle = TrainingOracle(training)
+    values = oracle.step_values(1, oracle.state_before(1))
+    graph = training.graph
+    rng = np.random.default_rng(0)
+    best: dict[str, tuple[int, int]] = {}
+    for node in graph.nodes:
+        if node.is_leaf or node.op not in COVERED or int(np.prod(node.shape)) == 0:
+            continue
+        inputs = [np.asarray(values[m]) for m in node.inputs]
+        length = trace_element(node.op, dict(node.attrs), inputs, 0).spec.length
+        if length > best.get(node.op, (-1, -1))[0]:
+            best[node.op] = (length, node.id)
+    chain = EmbeddedChain()
+    verifier = StepVerifier.deploy(chain)
+    accounts = (chain.accounts[1], chain.accounts[2])
+    print(f"fourth level per operator ({job}, step 1; the node with the longest element program of each op)")
+    print(f"{'op':15s} {'steps':>6s} {'rounds':>6s} {'open':>8s} {'commit':>9s} {'reveal':>8s} {'rule':>9s} "
+          f"{'dearest rule':>12s} {'game total':>11s}")
+    worst = (0, "")
+    for op in sorted(best):
+        length, node_id = best[op]
+        node = graph.nodes[node_id]
+        inputs = [np.asarray(values[m]) for m in node.inputs]
+        output = np.asarray(values[node_id])
+        element = int(rng.integers(0, output.size))
+        honest = trace_element(op, dict(node.attrs), inputs, element)
+        row = []
+        for at in (None, _dearest_step(honest.spec)):
+            bad = cheat_values(honest.spec, element, inputs, honest.values, rng, "step", at=at)
+            claimed = claimed_output(output, element, bad[-1])
+            setup = make_setup(honest.spec, element, inputs, (output, claimed))
+            players = (StepPlayer(setup, 0, honest.values, output, inputs), StepPlayer(setup, 1, bad, claimed, inputs))
+            game = play(verifier, setup, players, accounts, ruler=0)
+            assert game.outcome == "challenger-won", (op, game.outcome)
+            row.append(game)
+            worst = max(worst, (game.worst.gas, f"{op} {game.worst.name}"))
+        g, dear = row
+
+        def most(game, name):
+            return max((t.gas for t in game.transactions if t.name == name), default=0)
+
+        print(f"{op:15s} {length:6d} {g.rounds:6d} {most(g, 'open'):8,d} {most(g, 'commit'):9,d} "
+              f"{most(g, 'reveal'):8,d} {most(g, 'rule'):9,d} {most(dear, 'rule'):12,d} {g.total_gas:11,d}")
+    print(f"worst single transaction: {worst[1]}, {worst[0]:,} gas")
+
+
+def whole_disputes(job: str, seeds: int) -> None:
+    from node.cli.dispute_sim import simulate
+    from node.cli.onchain_step import play_fourth_level
+    from node.cli.train import load_training
+    from node.training_oracle import TrainingOracle
+
+    training = load_training(job, 4)
+    honest = TrainingOracle(training)
+    print(f"\nwhole disputes ({job}, 4 steps, wrong-op-output, the cheater the provider)")
+    for seed in range(seeds):
+        result = simulate(training, "wrong-op-output", seed=seed, honest=honest)
+        fourth = play_fourth_level(result, honest, seed=seed)
+        head = f"seed {seed:2d}: levels 1-3 {result.rounds} rounds off chain ({result.winner} wins at the referee)"
+        if fourth is None or not fourth.covered:
+            print(head + f"; node {fourth.node if fourth else '?'} ({fourth.op if fourth else '?'}) not covered")
+            continue
+        g = fourth.game
+        print(head + f"; level 4 on chain: {fourth.op} ({fourth.program_length} steps), {g.rounds} rounds, "
+              f"{len(g.transactions)} transactions, {g.total_gas:,} gas, worst {g.worst.name} {g.worst.gas:,}, "
+              f"{fourth.outcome}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=200, help="structured and random cases per kind and step")
     parser.add_argument("--tensor-mib", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--fourth-level", action="store_true", help="the fourth level's rounds and gas instead")
+    parser.add_argument("--job", default="scripts/jobs/tiny-gpt.toml")
+    parser.add_argument("--seeds", type=int, default=12, help="whole disputes played with --fourth-level")
     args = parser.parse_args()
+    if args.fourth_level:
+        fourth_level_per_operator(args.job)
+        whole_disputes(args.job, args.seeds)
+        return
     chain = EmbeddedChain()
     step_gas(chain, args.cases)
     tensor = np.random.default_rng(0).standard_normal((args.tensor_mib << 20) // 4).astype(np.float32)

@@ -9,7 +9,7 @@ import pytest
 from protocol import float64_steps as F
 from protocol.step_game import replay
 from protocol.step_programs import COVERED, trace_element
-from protocol.step_trace import Instr, merkle_proof, merkle_root, program_leaf, verify_proof
+from protocol.step_trace import Instr, keccak_tree_proof, keccak_tree_root, program_leaf, verify_proof
 from repops_cupy import ops
 from repops_cupy.hashing import canonical_array
 
@@ -76,9 +76,9 @@ def test_instruction_words_round_trip_and_program_proofs_hold():
     program = trace.spec.program
     assert all(Instr.from_word(i.word) == i for i in program)
     leaves = [program_leaf(i) for i in program]
-    root = merkle_root(leaves)
+    root = keccak_tree_root(leaves)
     for index in (0, 1, len(program) // 2, len(program) - 1):
-        proof = merkle_proof(leaves, index)
+        proof = keccak_tree_proof(leaves, index)
         assert verify_proof(root, leaves[index], index, proof)
         assert not verify_proof(root, leaves[index], index ^ 1, proof)
 
@@ -92,7 +92,7 @@ def test_glue_steps_against_numpy():
         assert np.uint64(got).view(np.float64) == np.maximum(x, y)
     nan = int(np.float64(np.nan).view(np.uint64))
     assert F.is_nan64(F.f64_max(nan, 0)) and F.is_nan64(F.f64_max(0, nan))
-    ia, ib = rng.integers(-(1 << 63), 1 << 63, 500, dtype=np.int64), rng.integers(-(1 << 63), 1 << 63, 500, dtype=np.int64)
+    ia, ib = (rng.integers(-(1 << 63), 1 << 63, 500, dtype=np.int64) for _ in range(2))
     with np.errstate(over="ignore"):
         for x, y in zip(ia, ib):
             ux, uy = int(x.view(np.uint64)), int(y.view(np.uint64))
