@@ -268,6 +268,8 @@ def round_sums(hi: Any, lo: Any, row_shift: Any, col_shift: Any) -> Any:
 
 def _overwrite_nonfinite(out: Any, lhs: _Operand, rhs: _Operand, m: int, xp: ModuleType) -> None:
     """Outputs in rows or columns that hold inf/NaN: the IEEE result, per product."""
+    if not (bool(lhs.nonfinite.any()) or bool(rhs.nonfinite.any())):
+        return  # the common case, decided in two reductions
     bad_rows = lhs.nonfinite.reshape(-1, m).any(axis=1)
     bad_batches = xp.nonzero(bad_rows | rhs.nonfinite.any(axis=1))[0]
     for bt in bad_batches.tolist():
@@ -347,8 +349,10 @@ def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False,
         lhs = _prepare_lhs(a.reshape(count * m, k), xp, kernels)
     else:
         # every product of the batch at once: A's rows stacked, B's batch kept
-        lhs = _prepare_lhs(xp.broadcast_to(a, batch + (m, k)).reshape(count * m, k), xp, kernels)
-        rhs = _prepare_rhs(xp.broadcast_to(b, batch + (k, n)).reshape(count, k, n), xp, kernels)
+        a = a if a.shape == batch + (m, k) else xp.broadcast_to(a, batch + (m, k))
+        b = b if b.shape == batch + (k, n) else xp.broadcast_to(b, batch + (k, n))
+        lhs = _prepare_lhs(a.reshape(count * m, k), xp, kernels)
+        rhs = _prepare_rhs(b.reshape(count, k, n), xp, kernels)
     return _products(lhs, rhs, xp, engine, kernels).reshape(batch + (m, n))
 
 
