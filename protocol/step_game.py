@@ -35,8 +35,8 @@ from . import chunk_tree
 from .errors import LocalProtocolError, RemoteProtocolError
 from .float64_steps import STEPS, f32_canon, is_nan32
 from .step_trace import (
-    CONST, INPUT, NONE, STEP, ElementSpec, Instr, TensorInfo, Tracer, input_index, keccak_tree_proof, program_leaf,
-    tensor_info, tensor_opening, trace_leaf, tree_depth, verify_proof,
+    CONST, COORD, GATHER, INPUT, NONE, STEP, ElementSpec, Instr, TensorInfo, Tracer, coordinates, element_bits,
+    input_index, keccak_tree_proof, program_leaf, tensor_info, tensor_opening, trace_leaf, tree_depth, verify_proof,
 )
 
 __all__ = [
@@ -87,9 +87,10 @@ class Opening:
     value: int = 0
     chunk: bytes = b""
     siblings: tuple[bytes, ...] = ()
+    step_siblings: tuple[bytes, ...] = ()  # a GATHER: the trace proof of the index's step (value: that index)
 
     def as_abi(self) -> tuple:
-        return (self.value, self.chunk, list(self.siblings))
+        return (self.value, self.chunk, list(self.siblings), list(self.step_siblings))
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,14 @@ def replay(spec: ElementSpec, element: int, inputs: Sequence[np.ndarray],
                 args.append(operand.ref)
             elif operand.kind == INPUT:
                 args.append(loader.input(operand.ref >> 48, operand.ref & ((1 << 48) - 1)).bits)
+            elif operand.kind == COORD:
+                args.append(coordinates(spec.out_shape, element)[operand.ref])
+            elif operand.kind == GATHER:
+                at = values[operand.ref & ((1 << 48) - 1)]
+                tensor, index = input_index(spec.views, spec.out_shape, element, operand.ref, at)
+                # an index out of the tensor only comes from an altered step (a cheat): read 0
+                inside = 0 <= index < loader.inputs[tensor].size
+                args.append(element_bits(loader.inputs[tensor], index) if inside else 0)
             else:
                 args.append(0)
         value = STEPS_BY_CODE[instr.op].fn(*args)
@@ -249,18 +258,32 @@ class StepGame:
             return 0
         if operand.kind == CONST:
             return operand.ref
-        if operand.kind == STEP:
-            if operand.ref >= index:
-                raise RemoteProtocolError("an operand after the step")
-            # every leaf left of the located one is the same in both trees: a proof in either holds
-            leaf = trace_leaf(opening.value)
-            if len(opening.siblings) != self.setup.depth or not any(
-                    verify_proof(root, leaf, operand.ref, opening.siblings) for root in self.roots):
-                raise RemoteProtocolError("trace proof does not hold")
-            return opening.value
         spec = self.setup.spec
-        tensor, element = input_index(spec.views, spec.out_shape, self.setup.element, operand.ref)
+        if operand.kind == STEP:
+            return self._agreed_step(operand.ref, opening.value, opening.siblings, index)
+        if operand.kind == COORD:
+            if operand.ref >= len(spec.out_shape):
+                raise RemoteProtocolError("no such coordinate")
+            return coordinates(spec.out_shape, self.setup.element)[operand.ref]
+        if operand.kind == GATHER:
+            at = self._agreed_step(operand.ref & ((1 << 48) - 1), opening.value, opening.step_siblings, index)
+            tensor, element = input_index(spec.views, spec.out_shape, self.setup.element, operand.ref, at)
+        elif operand.kind == INPUT:
+            tensor, element = input_index(spec.views, spec.out_shape, self.setup.element, operand.ref)
+        else:
+            raise RemoteProtocolError(f"no operand kind {operand.kind}")
         return _element_of(self.setup.inputs[tensor], element, opening.chunk, opening.siblings)
+
+    def _agreed_step(self, step: int, value: int, siblings: Sequence[bytes], index: int) -> int:
+        """The value of step `step` left of the located one, proven in either side's tree."""
+        if step >= index:
+            raise RemoteProtocolError("an operand after the step")
+        # every leaf left of the located one is the same in both trees: a proof in either holds
+        leaf = trace_leaf(value)
+        if len(siblings) != self.setup.depth or not any(
+                verify_proof(root, leaf, step, siblings) for root in self.roots):
+            raise RemoteProtocolError("trace proof does not hold")
+        return value
 
     def rule(self, instr: Instr, program_proof: Sequence[bytes], openings: Sequence[Opening]) -> int:
         """Executes the located step; returns the expected value and sets the outcome."""
@@ -325,10 +348,14 @@ class StepPlayer:
             if operand.kind == STEP:
                 openings.append(Opening(self.padded[operand.ref], b"",
                                         tuple(keccak_tree_proof(self.leaves, operand.ref))))
-            elif operand.kind == INPUT:
-                tensor, element = input_index(spec.views, spec.out_shape, self.setup.element, operand.ref)
+            elif operand.kind in (INPUT, GATHER):
+                at, step_siblings = None, ()
+                if operand.kind == GATHER:
+                    step = operand.ref & ((1 << 48) - 1)
+                    at, step_siblings = self.padded[step], tuple(keccak_tree_proof(self.leaves, step))
+                tensor, element = input_index(spec.views, spec.out_shape, self.setup.element, operand.ref, at)
                 _, chunk, siblings = tensor_opening(self.inputs[tensor], element)
-                openings.append(Opening(0, chunk, tuple(siblings)))
+                openings.append(Opening(at or 0, chunk, tuple(siblings), step_siblings))
             else:
                 openings.append(Opening())
         return instr, proof, openings
@@ -385,8 +412,8 @@ def claimed_output(output: np.ndarray, element: int, value: int) -> np.ndarray:
 
 
 def players_for(op: str, attrs: dict, inputs: Sequence[np.ndarray], output: np.ndarray, element: int, *,
-                cheater_side: int | None, rng: np.random.Generator,
-                kind: str = "step") -> tuple[StepSetup, tuple[StepPlayer, StepPlayer]]:
+                cheater_side: int | None, rng: np.random.Generator, kind: str = "step",
+                at: int | None = None) -> tuple[StepSetup, tuple[StepPlayer, StepPlayer]]:
     """A game on `element` of `op`'s `output`: the honest trace on one side and, on `cheater_side`,
     a cheater's trace (`cheat_values`) with the output tensor it claims (None: both honest)."""
     from .step_programs import trace_element
@@ -394,7 +421,7 @@ def players_for(op: str, attrs: dict, inputs: Sequence[np.ndarray], output: np.n
     values = [honest.values, honest.values]
     outputs = [canonical_array(output), canonical_array(output)]
     if cheater_side is not None:
-        values[cheater_side] = cheat_values(honest.spec, element, inputs, honest.values, rng, kind)
+        values[cheater_side] = cheat_values(honest.spec, element, inputs, honest.values, rng, kind, at)
         outputs[cheater_side] = claimed_output(output, element, values[cheater_side][-1])
     setup = make_setup(honest.spec, element, inputs, (outputs[0], outputs[1]))
     players = tuple(StepPlayer(setup, s, values[s], outputs[s], inputs) for s in (0, 1))

@@ -10,13 +10,16 @@ One output element of an operator is a straight-line program of primitive steps
 - INPUT (view, offset): element `base(view, element) + offset` of an input tensor, where a
   view is (input tensor, one stride per output dimension) and base is the dot product of
   the output element's coordinates with those strides,
-- CONST bits: a value written into the instruction.
+- CONST bits: a value written into the instruction;
+- COORD d: coordinate d of the output element (a causal mask compares two);
+- GATHER (view, j): element `base(view, element) + value of step j` of an input tensor, an
+  index read from the data (embedding rows, cross entropy's targets).
 
 So one program serves every element of the output (the element enters only through the
 views), and an element spec (program, output shape, views) is a function of the operator,
 its attributes and its input shapes. An instruction packs into one 256-bit word:
 op | kind_a << 8 | kind_b << 16 | kind_c << 24 | ref_a << 32 | ref_b << 96 | ref_c << 160,
-an INPUT ref being view << 48 | offset.
+an INPUT ref being view << 48 | offset, a GATHER ref view << 48 | j.
 
 A *trace* is the list of each instruction's output value (uint64 bits: a float32 in the
 low 32 bits). Both are committed by keccak Merkle trees of depth ceil(log2 L), padded
@@ -45,12 +48,12 @@ from .errors import LocalProtocolError
 from .float64_steps import STEPS
 
 __all__ = [
-    "CONST", "ElementSpec", "ElementTrace", "INPUT", "Instr", "NONE", "Operand", "STEP", "TensorInfo", "Tracer",
-    "Val", "View", "input_index", "keccak_tree_proof", "keccak_tree_root", "program_leaf", "tensor_info",
-    "tensor_opening", "trace_leaf", "tree_depth", "verify_proof",
+    "CONST", "COORD", "GATHER", "ElementSpec", "ElementTrace", "INPUT", "Instr", "NONE", "Operand", "STEP",
+    "TensorInfo", "Tracer", "Val", "View", "coordinates", "element_bits", "elementwise_layout", "input_index",
+    "keccak_tree_proof", "keccak_tree_root", "program_leaf", "tensor_info", "tensor_opening", "trace_leaf", "tree_depth", "verify_proof",
 ]
 
-NONE, STEP, INPUT, CONST = 0, 1, 2, 3
+NONE, STEP, INPUT, CONST, COORD, GATHER = 0, 1, 2, 3, 4, 5
 _U64 = (1 << 64) - 1
 _OFFSET_BITS = 48
 
@@ -61,7 +64,7 @@ class Operand:
     ref: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in (NONE, STEP, INPUT, CONST) or not 0 <= self.ref <= _U64:
+        if self.kind not in (NONE, STEP, INPUT, CONST, COORD, GATHER) or not 0 <= self.ref <= _U64:
             raise LocalProtocolError(f"bad operand {self!r}")
 
 
@@ -102,12 +105,17 @@ def input_ref(view: int, offset: int) -> int:
     return view << _OFFSET_BITS | offset
 
 
-def input_index(views: Sequence[View], out_shape: Sequence[int], element: int, ref: int) -> tuple[int, int]:
-    """(input tensor, flat index) an INPUT operand reads for output `element`."""
+def coordinates(out_shape: Sequence[int], element: int) -> tuple[int, ...]:
+    return tuple(int(c) for c in np.unravel_index(element, tuple(out_shape))) if out_shape else ()
+
+
+def input_index(views: Sequence[View], out_shape: Sequence[int], element: int, ref: int,
+                gathered: int | None = None) -> tuple[int, int]:
+    """(input tensor, flat index) an INPUT operand reads for output `element`; for a GATHER
+    operand, `gathered` (the value of its step) replaces the offset."""
     view = views[ref >> _OFFSET_BITS]
-    coords = np.unravel_index(element, tuple(out_shape)) if out_shape else ()
-    base = sum(int(c) * s for c, s in zip(coords, view.strides))
-    return view.tensor, base + (ref & ((1 << _OFFSET_BITS) - 1))
+    base = sum(c * s for c, s in zip(coordinates(out_shape, element), view.strides))
+    return view.tensor, base + (ref & ((1 << _OFFSET_BITS) - 1) if gathered is None else gathered)
 
 
 @dataclass(frozen=True)
@@ -234,7 +242,8 @@ def f64_bits(x: float) -> int:
     return struct.unpack("<Q", struct.pack("<d", x))[0]
 
 
-def _element_bits(arr: np.ndarray, index: int) -> int:
+def element_bits(arr: np.ndarray, index: int) -> int:
+    """The bits of element `index` (C order) of a 4- or 8-byte array."""
     flat = np.ascontiguousarray(arr).reshape(-1)
     return int(flat[index:index + 1].view(np.uint32 if flat.dtype.itemsize == 4 else np.uint64)[0])
 
@@ -255,7 +264,18 @@ class Tracer:
     def input(self, view: int, offset: int = 0) -> Val:
         ref = input_ref(view, offset)
         tensor, index = input_index(self.views, self.out_shape, self.element, ref)
-        return Val(Operand(INPUT, ref), _element_bits(self.inputs[tensor], index))
+        return Val(Operand(INPUT, ref), element_bits(self.inputs[tensor], index))
+
+    def coord(self, dim: int) -> Val:
+        dim %= len(self.out_shape)
+        return Val(Operand(COORD, dim), coordinates(self.out_shape, self.element)[dim])
+
+    def gather(self, view: int, index: Val) -> Val:
+        """The element of `view` at base + index, `index` a step's value (an int64 offset)."""
+        if index.operand.kind != STEP:
+            raise LocalProtocolError("a gathered index must be a step's value")
+        tensor, at = input_index(self.views, self.out_shape, self.element, view << _OFFSET_BITS, index.bits)
+        return Val(Operand(GATHER, view << _OFFSET_BITS | index.operand.ref), element_bits(self.inputs[tensor], at))
 
     @staticmethod
     def const(bits: int) -> Val:
@@ -299,6 +319,12 @@ def broadcast_view(tensor: int, shape: Sequence[int], out_shape: Sequence[int]) 
     own = contiguous_strides(shape)
     strides = [0] * pad + [0 if n == 1 and m != 1 else s for n, m, s in zip(shape, out_shape[pad:], own)]
     return View(tensor, tuple(strides))
+
+
+def elementwise_layout(shapes: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], tuple[View, ...]]:
+    """The output shape of element-wise inputs (NumPy broadcasting) and one view per input."""
+    out = tuple(np.broadcast_shapes(*(tuple(s) for s in shapes)))
+    return out, tuple(broadcast_view(k, s, out) for k, s in enumerate(shapes))
 
 
 def element_count(shape: Sequence[int]) -> int:

@@ -11,7 +11,7 @@ import {TensorChunk} from "./TensorChunk.sol";
 /// instruction of the operator's element program, `protocol/step_trace.py`), both walk down
 /// their trace trees to the first step where they differ, and `rule` executes that one step
 /// with Float64Step on operands opened against the agreed earlier steps or the agreed input
-/// tensors (BLAKE3 chunk proofs), and rules.
+/// tensors (BLAKE3 chunk proofs; an index read from the data, or the element's coordinates), and rules.
 ///
 /// Trees: keccak, perfect, padded with the leaf of value 0. Trace leaf keccak(0x00 ‖ uint64
 /// value), program leaf keccak(uint256 instruction), node keccak(left ‖ right). Side 0 is the
@@ -39,11 +39,13 @@ contract OneStepVerifier {
         Tensor[2] outputs; // each side's claimed output tensor
     }
 
-    /// @notice One operand's opening: a trace value with its siblings, or an input chunk.
+    /// @notice One operand's opening: a trace value with its siblings, an input chunk with its
+    /// siblings, or (a gathered element) both: the index's step value and trace proof, and the chunk.
     struct Opening {
         uint64 value;
         bytes chunk;
         bytes32[] siblings;
+        bytes32[] stepSiblings;
     }
 
     enum Phase {
@@ -86,6 +88,8 @@ contract OneStepVerifier {
     uint8 private constant STEP = 1;
     uint8 private constant INPUT = 2;
     uint8 private constant CONST = 3;
+    uint8 private constant COORD = 4;
+    uint8 private constant GATHER = 5;
 
     mapping(uint256 => Game) private _games;
     uint256 private _count;
@@ -349,23 +353,45 @@ contract OneStepVerifier {
         uint256 ref = (instr >> (32 + 64 * k)) & U64;
         if (kind == NONE) return 0;
         if (kind == CONST) return uint64(ref);
-        if (kind == STEP) {
-            if (ref >= index) revert StepGameBadOperand();
-            // every leaf left of the located one is the same in both trees: a proof in either holds
-            bytes32 leaf = _leaf(opening.value);
-            if (
-                !_verify(g.roots[0], leaf, ref, opening.siblings, g.depth)
-                    && !_verify(g.roots[1], leaf, ref, opening.siblings, g.depth)
-            ) revert StepGameBadProof();
-            return opening.value;
-        }
-        if (kind != INPUT) revert StepGameBadOperand();
+        if (kind == STEP) return _agreedStep(g, ref, opening.value, opening.siblings, index);
+        if (kind == COORD) return uint64(_coordinate(setup, ref));
+        if (kind != INPUT && kind != GATHER) revert StepGameBadOperand();
         uint256 view_ = ref >> OFFSET_BITS;
         if (view_ >= setup.viewTensor.length) revert StepGameBadOperand();
         uint256 tensor = setup.viewTensor[view_];
         if (tensor >= setup.inputs.length) revert StepGameBadOperand();
-        uint256 element = _inputIndex(setup, view_, ref & ((1 << OFFSET_BITS) - 1));
+        uint256 low = ref & ((1 << OFFSET_BITS) - 1);
+        // INPUT: a fixed offset; GATHER: the value of step `low`, an index read from the data
+        uint256 offset = kind == INPUT ? low : _agreedStep(g, low, opening.value, opening.stepSiblings, index);
+        uint256 element = _inputIndex(setup, view_, offset);
         return _element(setup.inputs[tensor], element, opening.chunk, opening.siblings);
+    }
+
+    /// @dev The value of step `step` left of the located one, proven in either side's trace tree
+    /// (every leaf left of the located one is the same in both; their siblings are not).
+    function _agreedStep(Game storage g, uint256 step, uint64 value, bytes32[] calldata siblings, uint64 index)
+        private
+        view
+        returns (uint64)
+    {
+        if (step >= index) revert StepGameBadOperand();
+        bytes32 leaf = _leaf(value);
+        if (!_verify(g.roots[0], leaf, step, siblings, g.depth) && !_verify(g.roots[1], leaf, step, siblings, g.depth))
+        {
+            revert StepGameBadProof();
+        }
+        return value;
+    }
+
+    /// @dev Coordinate `dim` of the named output element.
+    function _coordinate(Setup calldata setup, uint256 dim) private pure returns (uint256) {
+        uint256 dims = setup.outShape.length;
+        if (dim >= dims) revert StepGameBadOperand();
+        uint256 rest = setup.element;
+        for (uint256 d = dims - 1; d > dim; --d) {
+            rest /= setup.outShape[d];
+        }
+        return rest % setup.outShape[dim];
     }
 
     /// @dev Σ coordinate_d · stride_d of the named output element, plus the offset.

@@ -11,13 +11,15 @@ from contracts.chain import EmbeddedChain
 from contracts.errors import ContractRevert
 from contracts.step_verifier import StepVerifier, play
 from protocol.step_game import CHALLENGER_WON, CHEATS, DEFENDER_WON, play_offline, players_for
+from protocol.step_trace import COORD, GATHER, INPUT
 from repops_cupy import ops
 from tests.protocol.test_step_programs import cases
 
 pytestmark = pytest.mark.settlement
 
 FAMILIES = ("add", "mul_scalar", "relu", "exp", "log", "tanh", "softmax", "layer_norm", "matmul", "adamw_update",
-            "sum_to", "transpose", "reshape")
+            "sum_to", "transpose", "reshape", "gelu_grad", "layer_norm_grad_x", "causal_mask", "embedding",
+            "cross_entropy", "cross_entropy_grad", "step_increment", "full")
 GAS_CAP = 5_000_000
 
 
@@ -52,6 +54,23 @@ def test_a_cheaters_wrong_element_is_caught_by_the_contract_alone(verifier, op):
         assert played.outcome == want, (op, cheater_side)
         assert play_offline(setup, players).outcome == want
         assert played.worst.gas < GAS_CAP, (op, played.worst)
+
+
+@pytest.mark.parametrize("op, kind", [("embedding", GATHER), ("cross_entropy", GATHER), ("causal_mask", COORD),
+                                      ("cross_entropy_grad", COORD), ("matmul", INPUT)])
+def test_a_step_reading_the_data_or_the_coordinates_is_ruled_on_chain(verifier, op, kind):
+    """The cheat is placed at the first step with a gathered index, a coordinate or an input."""
+    rng = np.random.default_rng(4)
+    inputs, attrs = cases(rng)[op]
+    output = np.asarray(ops.run(op, inputs, attrs))
+    element = output.size - 1
+    spec = players_for(op, attrs, inputs, output, element, cheater_side=None, rng=rng)[0].spec
+    at = next(i for i, instr in enumerate(spec.program) if any(o.kind == kind for o in instr.operands))
+    for cheater_side in (0, 1):
+        setup, players = players_for(op, attrs, inputs, output, element, cheater_side=cheater_side, rng=rng, at=at)
+        played = play(verifier, setup, players, accounts(verifier), ruler=cheater_side)
+        assert played.position == at
+        assert played.outcome == (DEFENDER_WON if cheater_side == 0 else CHALLENGER_WON)
 
 
 def test_random_honest_traces_are_never_ruled_against_on_chain(verifier):

@@ -46,6 +46,19 @@ def cases(rng: np.random.Generator) -> dict[str, tuple[list[np.ndarray], dict]]:
         "transpose": ([v(24).reshape(2, 3, 4)], {"perm": (2, 0, 1)}),
         "broadcast_to": ([v(4).reshape(1, 4)], {"shape": (3, 2, 4)}),
         "sum_to": ([v(60).reshape(3, 5, 4)], {"shape": (5, 1)}),
+        "relu_grad": ([v(30), v(30)], {}),
+        "gelu": ([v(60)], {"approximate": "tanh"}), "gelu_grad": ([v(60), v(60)], {"approximate": "tanh"}),
+        "causal_mask": ([v(2 * 4 * 4).reshape(2, 4, 4)], {"fill": float("-inf")}),
+        "step_increment": ([np.array(41, dtype=np.int64)], {}),
+        "full": ([], {"shape": (2, 3), "value": 0.1, "dtype": "float32"}),
+        "softmax_grad": ([v(40, edges=False).reshape(5, 8), np.abs(v(40, edges=False)).reshape(5, 8)], {"axis": -1}),
+        "layer_norm_grad_x": ([v(40, edges=False).reshape(5, 8), v(40, edges=False).reshape(5, 8),
+                               v(8, edges=False)], {"eps": 1e-5}),
+        "layer_norm_grad_gamma": ([v(40, edges=False).reshape(5, 8), v(40, edges=False).reshape(5, 8)], {"eps": 1e-5}),
+        "embedding": ([v(7 * 3, edges=False).reshape(7, 3), rng.integers(0, 7, (2, 4)).astype(np.int64)], {}),
+        "cross_entropy": ([v(4 * 6, edges=False).reshape(4, 6), rng.integers(0, 6, 4).astype(np.int64)], {}),
+        "cross_entropy_grad": ([np.float32(1.5), v(4 * 6, edges=False).reshape(4, 6),
+                                rng.integers(0, 6, 4).astype(np.int32)], {}),
     }
 
 
@@ -54,7 +67,7 @@ def test_every_element_of_the_trace_ends_in_the_operators_bits(op):
     rng = np.random.default_rng(sorted(COVERED).index(op))
     inputs, attrs = cases(rng)[op]
     out = canonical_array(np.asarray(ops.run(op, inputs, attrs))).reshape(-1)
-    bits = out.view(np.uint32)
+    bits = out.view(np.uint32 if out.dtype.itemsize == 4 else np.uint64)
     first = trace_element(op, attrs, inputs, 0)
     for e in range(bits.size):
         trace = trace_element(op, attrs, inputs, e)
