@@ -40,6 +40,7 @@ checks, hence the same bits as `run_node` for a referee.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Iterable, Mapping, Sequence
@@ -343,9 +344,13 @@ class Tensor:
 class GraphBuilder:
     """Records operator calls as nodes; computes them on example values to learn shapes."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_values: bool = True) -> None:
+        """keep_values=False: `gradients` drops each forward example value once its backward
+        sweep has passed it (no later op can read it), so a traced step holds about what an
+        executed one does instead of every node's value; `value` of a dropped node raises."""
         self._nodes: list[Node] = []
         self._values: list[Any] = []
+        self._keep_values = keep_values
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -386,6 +391,8 @@ class GraphBuilder:
 
     def value(self, t: Tensor) -> Any:
         """The example value computed for `t` while tracing."""
+        if self._values[t.id] is None:
+            raise GraphError(f"node {t.id}: its example value was dropped (GraphBuilder(keep_values=False))")
         return self._values[t.id]
 
     def gradients(self, loss: Tensor, wrt: Sequence[Tensor]) -> list[Tensor]:
@@ -405,27 +412,36 @@ class GraphBuilder:
                 needs.add(node.id)
         contributions: dict[int, list[Tensor]] = {loss.id: [self.op("full", shape=(), value=1.0, dtype="float32")]}
         finished: dict[int, Tensor] = {}
+        pending: Counter[int] = Counter()  # emitted gradient id -> contribution lists holding it
         for node in reversed(self._nodes[: loss.id + 1]):
+            if not self._keep_values and node.id + 1 < loss.id and not self._nodes[node.id + 1].is_leaf:
+                # every reader of the node after this one came later and is done, its
+                # backward rule included: nothing traced from here on reads its value
+                self._values[node.id + 1] = None
             parts = contributions.pop(node.id, None)
             if parts is None or node.id not in needs:
                 continue
+            for p in parts:
+                pending[p.id] -= 1
             g = parts[0]
             for p in parts[1:]:
                 g = self.op("add", g, p)
             if node.id in targets:
                 finished[node.id] = g
-            if node.is_leaf:
-                continue
-            inputs = [self._tensor(j) for j in node.inputs]
-            grads = registry.vjp(node.op, g, inputs, self._tensor(node.id), node.attrs, emit=self.emit)
-            for j, gj in zip(node.inputs, grads):
-                if gj is None or j not in needs:
-                    continue
-                if not isinstance(gj, Tensor) or gj.shape != self._nodes[j].shape:
-                    raise GraphError(
-                        f"backward rule of {node.op} gave {gj!r} for an input of shape {self._nodes[j].shape}"
-                    )
-                contributions.setdefault(j, []).append(gj)
+            if not node.is_leaf:
+                inputs = [self._tensor(j) for j in node.inputs]
+                grads = registry.vjp(node.op, g, inputs, self._tensor(node.id), node.attrs, emit=self.emit)
+                for j, gj in zip(node.inputs, grads):
+                    if gj is None or j not in needs:
+                        continue
+                    if not isinstance(gj, Tensor) or gj.shape != self._nodes[j].shape:
+                        raise GraphError(
+                            f"backward rule of {node.op} gave {gj!r} for an input of shape {self._nodes[j].shape}"
+                        )
+                    contributions.setdefault(j, []).append(gj)
+                    pending[gj.id] += 1
+            if not self._keep_values:
+                self._drop_gradient_values(loss.id, [*parts, g], pending, finished)
         out = []
         for t in wrt:
             if t.id in finished:
@@ -433,6 +449,15 @@ class GraphBuilder:
             else:
                 out.append(self.op("full", shape=t.shape, value=0.0, dtype="float32"))
         return out
+
+    def _drop_gradient_values(self, loss_id: int, used: list[Tensor], pending: Counter[int],
+                              finished: dict[int, Tensor]) -> None:
+        """Drop the values of gradient parts a backward step has consumed: emitted nodes
+        that no pending contribution holds and that are not a requested gradient."""
+        keep = {t.id for t in finished.values()}
+        for t in used:
+            if t.id > loss_id and pending[t.id] == 0 and t.id not in keep:
+                self._values[t.id] = None
 
     def _tensor(self, node_id: int) -> Tensor:
         node = self._nodes[node_id]

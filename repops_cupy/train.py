@@ -148,7 +148,7 @@ class TrainingProgram:
 
     def trace_graph(self) -> StepGraph:
         """Trace forward, backward and update once, on the initial state and batch 0."""
-        b = GraphBuilder()
+        b = GraphBuilder(keep_values=False)  # holds about one step's live values, not every node's
         state0 = self.initial_state()
         leaves = {name: b.leaf(name, state0[name], "state") for name in sorted(state0)}
         batch = {name: b.leaf(name, value, "batch") for name, value in sorted(self.batch(0).items())}

@@ -53,6 +53,28 @@ def test_reverse_mode_matches_torch_autograd():
         assert np.abs(grads[name] - want).max() <= 1e-4 * np.abs(want).max() + 1e-7, name
 
 
+def test_dropping_example_values_while_tracing_gives_the_same_graph():
+    net = GPT(vocab_size=11, context=8, d_model=16, n_layers=1, n_heads=2, d_ff=24)
+    params = init_params(net, seed=3)
+    x = np.random.default_rng(0).integers(0, 11, size=(3, 8)).astype(np.int64)
+    graphs, builders = [], []
+    for keep in (True, False):
+        b = GraphBuilder(keep_values=keep)
+        leaves = {n: b.leaf("params/" + n, v) for n, v in params.items()}
+        loss = language_loss(ForwardContext(b, leaves), net, b.leaf("batch/x", x, "batch"), b.leaf("batch/y", x, "batch"))
+        grads = b.gradients(loss, list(leaves.values()))
+        graphs.append(b.finish({"loss": loss, **{"grad/" + n: g for n, g in zip(leaves, grads)}}))
+        builders.append((b, loss, grads))
+    assert graphs[0].digest() == graphs[1].digest()
+    b, loss, grads = builders[1]
+    dropped = sum(v is None for v in b._values)
+    assert dropped > len(b._values) // 3  # forward values and consumed gradient parts
+    for t in (loss, *grads):  # the loss and the requested gradients stay readable
+        assert np.array_equal(b.value(t), builders[0][0].value(t))
+    with pytest.raises(GraphError, match="dropped"):
+        b.value(b._tensor(next(i for i, v in enumerate(b._values) if v is None)))
+
+
 def test_graph_is_deterministic_and_serialisable(tiny_gpt_spec):
     g1 = TrainingProgram(tiny_gpt_spec).graph
     g2 = TrainingProgram(tiny_gpt_spec).graph
