@@ -36,7 +36,7 @@ from .errors import LocalProtocolError, RemoteProtocolError
 from .float64_steps import STEPS, f32_canon, is_nan32
 from .step_trace import (
     CONST, COORD, GATHER, INPUT, NONE, STEP, ElementSpec, Instr, TensorInfo, Tracer, coordinates, element_bits,
-    input_index, keccak_tree_proof, program_leaf, tensor_info, tensor_opening, trace_leaf, tree_depth, verify_proof,
+    KeccakTree, input_index, program_leaf, tensor_info, tensor_opening, trace_leaf, tree_depth, verify_proof,
 )
 
 __all__ = [
@@ -313,18 +313,16 @@ class StepPlayer:
         padded = list(self.values) + [0] * ((1 << depth) - len(self.values))
         self.leaves = [trace_leaf(v) for v in padded]
         self.padded = padded
-        self._levels = [self.leaves]
-        while len(self._levels[-1]) > 1:
-            lv = self._levels[-1]
-            self._levels.append([keccak(lv[k] + lv[k + 1]) for k in range(0, len(lv), 2)])
+        self.tree = KeccakTree(self.leaves)
+        self._program_tree: KeccakTree | None = None
 
     @property
     def root(self) -> bytes:
-        return self._levels[-1][0]
+        return self.tree.root
 
     def commitment(self) -> Commitment:
         _, chunk, siblings = tensor_opening(self.output, self.setup.element)
-        last = keccak_tree_proof(self.leaves, self.setup.spec.length - 1)
+        last = self.tree.proof(self.setup.spec.length - 1)
         return Commitment(self.root, chunk, tuple(siblings), tuple(last))
 
     def children(self, level: int, position: int) -> tuple[bytes, bytes]:
@@ -332,7 +330,7 @@ class StepPlayer:
         depth = self.setup.depth
         if level + 1 == depth:
             return (self.padded[2 * position].to_bytes(32, "big"), self.padded[2 * position + 1].to_bytes(32, "big"))
-        below = self._levels[depth - level - 1]
+        below = self.tree.levels[depth - level - 1]
         return below[2 * position], below[2 * position + 1]
 
     def ruling_arguments(self, index: int) -> tuple[Instr, list[bytes], list[Opening]]:
@@ -342,17 +340,19 @@ class StepPlayer:
         if index >= spec.length:
             return Instr(0), [], [Opening()] * 3
         instr = spec.program[index]
-        proof = keccak_tree_proof([program_leaf(i) for i in spec.program], index)
+        if self._program_tree is None:
+            self._program_tree = KeccakTree([program_leaf(i) for i in spec.program])
+        proof = self._program_tree.proof(index)
         openings = []
         for operand in instr.operands:
             if operand.kind == STEP:
                 openings.append(Opening(self.padded[operand.ref], b"",
-                                        tuple(keccak_tree_proof(self.leaves, operand.ref))))
+                                        tuple(self.tree.proof(operand.ref))))
             elif operand.kind in (INPUT, GATHER):
                 at, step_siblings = None, ()
                 if operand.kind == GATHER:
                     step = operand.ref & ((1 << 48) - 1)
-                    at, step_siblings = self.padded[step], tuple(keccak_tree_proof(self.leaves, step))
+                    at, step_siblings = self.padded[step], tuple(self.tree.proof(step))
                 tensor, element = input_index(spec.views, spec.out_shape, self.setup.element, operand.ref, at)
                 _, chunk, siblings = tensor_opening(self.inputs[tensor], element)
                 openings.append(Opening(at or 0, chunk, tuple(siblings), step_siblings))

@@ -48,9 +48,10 @@ from .errors import LocalProtocolError
 from .float64_steps import STEPS
 
 __all__ = [
-    "CONST", "COORD", "GATHER", "ElementSpec", "ElementTrace", "INPUT", "Instr", "NONE", "Operand", "STEP",
-    "TensorInfo", "Tracer", "Val", "View", "coordinates", "element_bits", "elementwise_layout", "input_index",
-    "keccak_tree_proof", "keccak_tree_root", "program_leaf", "tensor_info", "tensor_opening", "trace_leaf", "tree_depth", "verify_proof",
+    "CONST", "COORD", "GATHER", "INPUT", "NONE", "STEP", "ElementSpec", "ElementTrace", "Instr", "KeccakTree",
+    "Operand", "TensorInfo", "Tracer", "Val", "View", "coordinates", "element_bits", "elementwise_layout",
+    "input_index", "keccak_tree_proof", "keccak_tree_root", "program_leaf", "tensor_info", "tensor_opening",
+    "trace_leaf", "tree_depth", "verify_proof",
 ]
 
 NONE, STEP, INPUT, CONST, COORD, GATHER = 0, 1, 2, 3, 4, 5
@@ -171,25 +172,34 @@ def tree_depth(length: int) -> int:
     return max(0, (length - 1).bit_length())
 
 
-def _levels(leaves: Sequence[bytes], pad: bytes) -> list[list[bytes]]:
-    level = list(leaves) + [pad] * ((1 << tree_depth(len(leaves))) - len(leaves))
-    levels = [level]
-    while len(level) > 1:
-        level = [keccak(level[k] + level[k + 1]) for k in range(0, len(level), 2)]
-        levels.append(level)
-    return levels
+class KeccakTree:
+    """A perfect keccak tree over leaves padded to a power of two: levels bottom-up, kept for proofs."""
+
+    def __init__(self, leaves: Sequence[bytes], pad: bytes = ZERO_LEAF) -> None:
+        level = list(leaves) + [pad] * ((1 << tree_depth(len(leaves))) - len(leaves))
+        self.levels = [level]
+        while len(level) > 1:
+            level = [keccak(level[k] + level[k + 1]) for k in range(0, len(level), 2)]
+            self.levels.append(level)
+
+    @property
+    def root(self) -> bytes:
+        return self.levels[-1][0]
+
+    def proof(self, index: int) -> list[bytes]:
+        """Siblings from the leaf up."""
+        if not 0 <= index < len(self.levels[0]):
+            raise LocalProtocolError(f"leaf {index} of {len(self.levels[0])}")
+        return [level[(index >> d) ^ 1] for d, level in enumerate(self.levels[:-1])]
 
 
 def keccak_tree_root(leaves: Sequence[bytes], pad: bytes = ZERO_LEAF) -> bytes:
-    return _levels(leaves, pad)[-1][0]
+    return KeccakTree(leaves, pad).root
 
 
 def keccak_tree_proof(leaves: Sequence[bytes], index: int, pad: bytes = ZERO_LEAF) -> list[bytes]:
     """Siblings from the leaf up."""
-    levels = _levels(leaves, pad)
-    if not 0 <= index < len(levels[0]):
-        raise LocalProtocolError(f"leaf {index} of {len(levels[0])}")
-    return [level[(index >> d) ^ 1] for d, level in enumerate(levels[:-1])]
+    return KeccakTree(leaves, pad).proof(index)
 
 
 def verify_proof(root: bytes, leaf: bytes, index: int, siblings: Sequence[bytes]) -> bool:
