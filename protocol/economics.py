@@ -126,12 +126,13 @@ class GasFigures:
 
 # Section 13's figures: the game's moves as scripts/bench_settlement.py measured them on the embedded
 # EVM, rounded up (a list ~104k + ~1,170 an entry; resolve = the node and step timeouts and resolveGame);
-# a join of a game measured 143k; witness, attest and appeal moves are not built yet: estimates.
-# SettlementStorageV2 holds the same constants.
+# a join of a game measured 143k; appeal 105k, a drawReferee that draws 141k (five referees registered,
+# the first probe eligible), ruleAppeal 160k (overturning); witness and attest moves are not built
+# yet: estimates. SettlementStorageV2 holds the same constants.
 ESTIMATED_GAS = GasFigures(
     list_base_steps=110_000, list_base_nodes=110_000, list_entry=1_200, post_evidence=80_000, open_game=250_000,
     pick_step=240_000, pick_node=210_000, resolve=350_000, join=150_000, call_witness=60_000, attest=60_000,
-    appeal=90_000, draw=80_000, rule_appeal=90_000)
+    appeal=110_000, draw=150_000, rule_appeal=170_000)
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,13 @@ from contracts import (
 from contracts.chain import Chain
 from contracts.settlement_v2 import GAS_LIMITS_V2, JobOpened, JobTerms, SettlementV2, commitment_of
 from contracts.settlement_v2_games import ClaimPicked, GameOpened
+from contracts.settlement_v2_referees import RefereeDrawn
+from protocol.economics import DRAW_DELAY
 from protocol.listtree import ListTree
 from eth_utils import keccak as keccak_
 
 RULING_PERIOD = 30
+DRAW_WINDOW = 255  # GavelRefereesV2.DRAW_WINDOW: blocks a draw's seed stays readable
 UNBONDING_DELAY = 100
 
 
@@ -147,16 +150,17 @@ def _h(label: str) -> bytes:
     return hashlib.sha256(label.encode()).digest()
 
 
-def bench_v2(chain: Chain, interval_steps: int, graph_nodes: int, intervals: int = 10) -> dict[str, int]:
-    """Gas used by version 2: a one-seat job revealed, then a dispute over its interval 0 played to a
-    ruling (one pick a level) and resolved; the job settled and both credits withdrawn."""
+def _v2_dispute(chain: Chain, gas: dict[str, int], interval_steps: int, graph_nodes: int, intervals: int = 10,
+                picked_nodes: tuple[int, ...] = (0,)):
+    """A one-seat version 2 job revealed and a dispute over its interval 0 played to the evidence of
+    one node claim per `picked_nodes` (one pick a level); each move's gas in `gas`.
+    Returns (settlement, job id, game, step claim, node claims)."""
     accounts = chain.accounts
     client, seat, auditor = accounts[1], accounts[2], accounts[3]
     s = SettlementV2.deploy(chain, unbonding_delay=UNBONDING_DELAY, min_stake=ETHER)
     s.connect(client).register(_h("client"), Role.CLIENT, stake=10 * ETHER)
     s.connect(seat).register(_h("seat"), Role.PROVIDER, stake=10 * ETHER)
     s.connect(auditor).register(_h("auditor"), Role.AUDITOR, stake=10 * ETHER)
-    gas: dict[str, int] = {}
 
     def tx(name, result):
         gas[name] = result.gas_used
@@ -184,20 +188,70 @@ def bench_v2(chain: Chain, interval_steps: int, graph_nodes: int, intervals: int
     step = tx("pickStep", s.connect(auditor).pick_step(game, steps_tree.root, 1)).one(ClaimPicked).claim_id
     nodes = [_h(f"node {n}") for n in range(graph_nodes)] + [states[1]]
     tx("postNodes", s.connect(seat).post_nodes(step, nodes, steps_tree.proof(1).siblings))
-    node = tx("pickNode", s.connect(auditor).pick_node(step, ListTree(nodes).root, 0)).one(ClaimPicked).claim_id
-    tx("postEvidence", s.connect(seat).post_evidence(node, _h("evidence")))
-    tx("rule", s.connect(client).rule(node, False, _h("transcript")))
+    claims = []
+    for n in picked_nodes:
+        claims.append(tx("pickNode", s.connect(auditor).pick_node(step, ListTree(nodes).root, n))
+                      .one(ClaimPicked).claim_id)
+        tx("postEvidence", s.connect(seat).post_evidence(claims[-1], _h(f"evidence {n}")))
+    return s, jid, game, step, claims
+
+
+def bench_v2(chain: Chain, interval_steps: int, graph_nodes: int, intervals: int = 10) -> dict[str, int]:
+    """Gas used by version 2: a one-seat job revealed, then a dispute over its interval 0 played to a
+    ruling (one pick a level) and resolved; the job settled and both credits withdrawn."""
+    gas: dict[str, int] = {}
+    s, jid, game, step, (node,) = _v2_dispute(chain, gas, interval_steps, graph_nodes, intervals)
+    client = chain.accounts[1]
+    gas["rule"] = s.connect(client).rule(node, False, _h("transcript")).gas_used
     for name, claim in (("timeout node", node), ("timeout step", step), ("resolveGame", game)):
         info = s.claim(claim)
         chain.mine(max(info.answer_by, info.pick_until, info.rule_by, chain.now() + 1))
-        tx(name, s.timeout(claim) if name != "resolveGame" else s.resolve_game(claim))
+        gas[name] = (s.timeout(claim) if name != "resolveGame" else s.resolve_game(claim)).gas_used
     chain.mine(max(s.deadlines(jid).challenge_end, chain.now() + 1))
-    tx("settle", s.settle(jid))
-    tx("withdraw", s.connect(client).withdraw())
+    gas["settle"] = s.settle(jid).gas_used
+    gas["withdraw"] = s.connect(client).withdraw().gas_used
     gas["dispute to a ruling"] = sum(gas[n] for n in ("openGame", "postSteps", "pickStep", "postNodes", "pickNode",
                                                      "postEvidence", "rule"))
     gas["dispute resolved"] = gas["dispute to a ruling"] + sum(
         gas[n] for n in ("timeout node", "timeout step", "resolveGame"))
+    return gas
+
+
+def bench_v2_referees(chain: Chain, referees: int = 5) -> dict[str, int]:
+    """Gas of section 9 on the mlp shape: two node claims ruled by the client; the seat appeals the
+    first (the draw armed, then made; the drawn referee stalls and is timed out; a second draw rules
+    and overturns), the auditor the second (a drawn referee upholds)."""
+    gas: dict[str, int] = {}
+    accounts = chain.accounts
+    client, seat, auditor = accounts[1], accounts[2], accounts[3]
+    s, _, _, _, (first, second) = _v2_dispute(chain, {}, 20, 53, picked_nodes=(0, 1))
+    for i, account in enumerate(accounts[4:4 + referees]):
+        gas["register (referee)"] = s.connect(account).register(_h(f"referee {i}"), Role.REFEREE,
+                                                                stake=10 * ETHER).gas_used
+    s.connect(client).rule(first, False, _h("transcript"))
+    s.connect(client).rule(second, True, _h("transcript"))
+
+    def draw(claim: bytes) -> str:
+        """The draw armed by the appeal or a timeout: from its seed block on."""
+        for _ in range(DRAW_DELAY):
+            chain.mine()
+        drawn = s.draw_referee(claim)
+        gas["drawReferee (draw)"] = drawn.gas_used
+        return drawn.one(RefereeDrawn).referee
+
+    gas["appeal"] = s.connect(seat).appeal(first).gas_used
+    s.connect(auditor).appeal(second)
+    stalling = draw(first)
+    chain.mine(max(s.ruling(first).appeal_rule_by, chain.now() + 1))
+    gas["timeoutReferee"] = s.timeout_referee(first).gas_used
+    referee = draw(first)
+    assert referee != stalling
+    gas["ruleAppeal (overturned)"] = s.connect(referee).rule_appeal(first, True, _h("appeal")).gas_used
+    for _ in range(DRAW_WINDOW + 1):  # the seed block's hash goes out of reach: the next call re-arms
+        chain.mine()
+    gas["drawReferee (arm)"] = s.draw_referee(second).gas_used
+    referee = draw(second)
+    gas["ruleAppeal (upheld)"] = s.connect(referee).rule_appeal(second, True, _h("appeal")).gas_used
     return gas
 
 
@@ -250,6 +304,10 @@ def main() -> None:
     for name in v2[next(iter(v2))]:
         limit = GAS_LIMITS_V2.get(name.split()[0], 0)
         print(f"{name:<22}" + "".join(f"{g[name]:>26,}" for g in v2.values()) + (f"{limit:>11,}" if limit else ""))
+    print("\nversion 2, section 9 (mlp shape, five referees registered): gas used, limit")
+    for name, used in bench_v2_referees(EmbeddedChain()).items():
+        limit = GAS_LIMITS_V2.get(name.split()[0], 0)
+        print(f"{name:<26}{used:>11,}" + (f"{limit:>11,}" if limit else ""))
 
 
 if __name__ == "__main__":

@@ -36,12 +36,13 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
     uint256 public constant GAS_PICK_NODE = 210_000;
     /// @notice See GAS_OPEN_GAME.
     uint256 public constant GAS_JOIN = 150_000;
-    /// @notice Gas of appeal, of a drawReferee that draws, and of ruleAppeal (the appeal bond pre-pays them).
-    uint256 public constant GAS_APPEAL = 90_000;
+    /// @notice Gas of appeal, of a drawReferee that draws, and of ruleAppeal (the appeal bond pre-pays
+    /// them; measured 105k, 141k with five referees registered, 160k when it overturns).
+    uint256 public constant GAS_APPEAL = 110_000;
     /// @notice See GAS_APPEAL.
-    uint256 public constant GAS_DRAW = 80_000;
+    uint256 public constant GAS_DRAW = 150_000;
     /// @notice See GAS_APPEAL.
-    uint256 public constant GAS_RULE_APPEAL = 90_000;
+    uint256 public constant GAS_RULE_APPEAL = 170_000;
 
     mapping(bytes32 jobId => Job) internal _jobs;
     mapping(bytes32 jobId => address[]) internal _seatsOf;
