@@ -129,6 +129,26 @@ class GameTable:
     def post_evidence(self, seat: str, claim: bytes):
         return self._booked(self.w.as_(seat).post_evidence(claim, keccak(b"evidence of " + seat.encode() + claim)))
 
+    def path_to_evidence(self, by: str, seat: str, c: int, s: int, n: int) -> tuple[bytes, bytes, bytes]:
+        """`by` opens the game on interval c of `seat`'s root, picks step s and node n; every seat with
+        that root covers each list (`seat` posts, the others endorse) and posts evidence.
+        Returns (game, step claim, node claim)."""
+        root = self.root(seat)
+        others = [x for x in self.seats if x != seat and self.root(x) == root]
+        step_no = c * EVERY + s
+        game = self.open_game(by, seat, c)
+        self.post_steps(seat, game, c)
+        for other in others:
+            self._booked(self.w.as_(other).endorse(game, self.steps_root(seat, c)))
+        step = self.pick_step(by, game, seat, c, s)
+        self.post_nodes(seat, step, c, s)
+        for other in others:
+            self._booked(self.w.as_(other).endorse(step, self.nodes_root(seat, step_no)))
+        node = self.pick_node(by, step, seat, step_no, n)
+        for defender in (seat, *others):
+            self.post_evidence(defender, node)
+        return game, step, node
+
     def eligible(self, claim: bytes):
         """Section 9's eligibility, as the tests model it: active, free stake ≥ the referee bond, not
         the client, a seat, a party to the games, the appellant or an earlier referee of the claim."""

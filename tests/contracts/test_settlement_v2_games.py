@@ -93,15 +93,7 @@ def test_a_false_pick_at_an_honest_root_loses_its_bonds_to_the_defenders(cast_v2
     t = GameTable(w, (TRUTH, TRUTH))
     paid = w.settlement.bonds_of(t.jid)
     before = {x: holdings(w, x) for x in (adversary, a, b, w.client)}
-    game = t.open_game(adversary, a, 0)
-    t.post_steps(a, game, 0)
-    w.as_(b).endorse(game, t.steps_root(a, 0))
-    step = t.pick_step(adversary, game, a, 0, 1)
-    t.post_nodes(a, step, 0, 1)
-    w.as_(b).endorse(step, t.nodes_root(a, 1))
-    node = t.pick_node(adversary, step, a, 1, 0)
-    t.post_evidence(a, node)
-    t.post_evidence(b, node)
+    game, step, node = t.path_to_evidence(adversary, a, 0, 1, 0)  # b endorses a's lists, both post evidence
     w.as_(w.client).rule(node, True, keccak(b"transcript"))
     assert _close(t, node) == ClaimStatus.FAILED
     assert _close(t, step) == ClaimStatus.FAILED

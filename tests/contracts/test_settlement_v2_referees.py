@@ -36,26 +36,12 @@ T = keccak(b"transcript")
 
 def cheated_claim(t: GameTable, by: str) -> tuple[bytes, bytes, bytes]:
     """`by` plays the whole path against the cheater's root, to the evidence: (game, step, node)."""
-    cheater = t.seats[-1]
-    game = t.open_game(by, cheater, C_BAD)
-    t.post_steps(cheater, game, C_BAD)
-    step = t.pick_step(by, game, cheater, C_BAD, S_BAD)
-    t.post_nodes(cheater, step, C_BAD, S_BAD)
-    node = t.pick_node(by, step, cheater, WRONG_STEP, WRONG_NODE)
-    t.post_evidence(cheater, node)
-    return game, step, node
+    return t.path_to_evidence(by, t.seats[-1], C_BAD, S_BAD, WRONG_NODE)
 
 
 def false_claim(t: GameTable, by: str) -> tuple[bytes, bytes, bytes]:
     """`by` plays the whole path against the honest root of the first seat: (game, step, node)."""
-    honest = t.seats[0]
-    game = t.open_game(by, honest, 0)
-    t.post_steps(honest, game, 0)
-    step = t.pick_step(by, game, honest, 0, 1)
-    t.post_nodes(honest, step, 0, 1)
-    node = t.pick_node(by, step, honest, 1, 0)
-    t.post_evidence(honest, node)
-    return game, step, node
+    return t.path_to_evidence(by, t.seats[0], 0, 1, 0)
 
 
 def close(t: GameTable, *claims: bytes) -> list[ClaimStatus]:
@@ -167,15 +153,7 @@ def test_a_false_appeal_against_a_right_ruling_loses_the_appellants_bond_to_the_
     a, b = t.seats
     paid = w.settlement.bonds_of(t.jid)
     before = {x: holdings(w, x) for x in (adversary, a, b, w.client, *referees)}
-    game = t.open_game(adversary, a, 0)
-    t.post_steps(a, game, 0)
-    w.as_(b).endorse(game, t.steps_root(a, 0))
-    step = t.pick_step(adversary, game, a, 0, 1)
-    t.post_nodes(a, step, 0, 1)
-    w.as_(b).endorse(step, t.nodes_root(a, 1))
-    node = t.pick_node(adversary, step, a, 1, 0)
-    t.post_evidence(a, node)
-    t.post_evidence(b, node)
+    game, step, node = false_claim(t, adversary)  # both seats cover the lists and post evidence
     w.as_(w.client).rule(node, True, T)  # right
     t._booked(w.as_(adversary).appeal(node))
     referee = drawn_referee(t, node)
