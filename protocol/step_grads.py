@@ -1,4 +1,5 @@
-"""Element programs of the gradient, mask, gather and constant operators (issue 18).
+"""Element programs of the gradient, mask, gather, constant, square-root, SGD and reduction
+operators (issue 18).
 
 The specs are repops_cupy's (elementwise.py, nn.py, shape.py, optim.py), written one element
 at a time through a `Tracer` like `step_programs`. Embedding and cross entropy read an index
@@ -89,6 +90,67 @@ def _full(t: Tracer, attrs, shapes) -> Val:
 
 def _full_views(attrs: Mapping[str, Any], shapes: Shapes) -> Layout:
     return tuple(attrs["shape"]), ()
+
+
+def _grad64(expr):
+    """float32(g * expr(out)) in float64: the gradient operators of transcendental.py (views: g, out)."""
+    return lambda t, attrs, shapes: out32(t, t.f64_mul(_f64(t, 0), expr(t, _f64(t, 1))))
+
+
+def _sqrt(t: Tracer, attrs, shapes) -> Val:
+    return t.f32_canon(t.f32_sqrt(t.input(0)))
+
+
+def _rsqrt(t: Tracer, attrs, shapes) -> Val:
+    return out32(t, t.f64_div(t.c64(1.0), t.f64_sqrt(_f64(t, 0))))
+
+
+def _sqrt_grad(t: Tracer, attrs, shapes) -> Val:
+    """g / (out + out) in float64."""
+    o = _f64(t, 1)
+    return out32(t, t.f64_div(_f64(t, 0), t.f64_add(o, o)))
+
+
+def _sgd_momentum(t: Tracer, attrs, shapes) -> Val:
+    """buf * momentum + (grad [+ param * weight_decay]), float32 (views: buf, grad, param)."""
+    d = t.input(1)
+    if attrs["weight_decay"] != 0.0:
+        d = t.f32_add(d, t.f32_mul(t.input(2), t.const(f32_bits(attrs["weight_decay"]))))
+    return t.f32_canon(t.f32_add(t.f32_mul(t.input(0), t.const(f32_bits(attrs["momentum"]))), d))
+
+
+def _sgd_update(t: Tracer, attrs, shapes) -> Val:
+    return t.f32_canon(t.f32_sub(t.input(0), t.f32_mul(t.input(1), t.const(f32_bits(attrs["lr"])))))
+
+
+def _reduce_layout(attrs: Mapping[str, Any], shapes: Shapes) -> tuple[tuple[int, ...], View, list[int]]:
+    """sum/mean over `axis` (() = all): the output shape, the view at the kept coordinates and the
+    offsets of the reduced elements in C order."""
+    x = tuple(shapes[0])
+    axes = tuple(a % len(x) for a in attrs.get("axis", ())) or tuple(range(len(x)))
+    own = contiguous_strides(x)
+    keep = attrs.get("keepdims", False)
+    out = tuple(1 if a in axes else n for a, n in enumerate(x) if keep or a not in axes)
+    strides = tuple(0 if a in axes else own[a] for a in range(len(x)) if keep or a not in axes)
+    offsets = [0]
+    for a in axes:
+        offsets = [o + c * own[a] for o in offsets for c in range(x[a])]
+    return out, View(0, strides), offsets
+
+
+def _reduce_views(attrs: Mapping[str, Any], shapes: Shapes) -> Layout:
+    out, view, _ = _reduce_layout(attrs, shapes)
+    return out, (view,)
+
+
+def _sum(t: Tracer, attrs, shapes) -> Val:
+    _, _, offsets = _reduce_layout(attrs, shapes)
+    return out32(t, tree_sum(t, [_f64(t, 0, o) for o in offsets]))
+
+
+def _mean(t: Tracer, attrs, shapes) -> Val:
+    _, _, offsets = _reduce_layout(attrs, shapes)
+    return out32(t, t.f64_div(tree_sum(t, [_f64(t, 0, o) for o in offsets]), t.c64(float(len(offsets)))))
 
 
 # --- rows ---------------------------------------------------------------------------------------
@@ -234,4 +296,10 @@ GRAD_FAMILIES = {
     "layer_norm_grad_gamma": (_layer_norm_grad_gamma_views, _layer_norm_grad_gamma),
     "embedding": (_embedding_views, _embedding), "cross_entropy": (_cross_entropy_views, _cross_entropy),
     "cross_entropy_grad": (_cross_entropy_grad_views, _cross_entropy_grad),
+    "sqrt": (_elementwise, _sqrt), "rsqrt": (_elementwise, _rsqrt), "sqrt_grad": (_elementwise, _sqrt_grad),
+    "rsqrt_grad": (_elementwise, _grad64(lambda t, o: t.f64_mul(t.c64(-0.5), t.f64_mul(t.f64_mul(o, o), o)))),
+    "sigmoid_grad": (_elementwise, _grad64(lambda t, o: t.f64_mul(o, t.f64_sub(t.c64(1.0), o)))),
+    "tanh_grad": (_elementwise, _grad64(lambda t, o: t.f64_sub(t.c64(1.0), t.f64_mul(o, o)))),
+    "sgd_momentum": (_elementwise, _sgd_momentum), "sgd_update": (_elementwise, _sgd_update),
+    "sum": (_reduce_views, _sum), "mean": (_reduce_views, _mean),
 }

@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -166,7 +167,28 @@ def fourth_level_per_operator(job: str) -> None:
     print(f"worst single transaction: {worst[1]}, {worst[0]:,} gas")
 
 
-def whole_disputes(job: str, seeds: int) -> None:
+def wrong_output_of(op: str):
+    """A cheat like wrong-op-output, its flipped node drawn among `op`'s nodes only (built here from
+    node.cheats' own pieces, so a benchmark can aim a whole dispute at one operator)."""
+    from node.cheats import WRONG_RESULT, Cheat, Truth, WrongNodeOutput, _deviating, _draw, flip_bit
+
+    def strategy(ctx):
+        graph = ctx.training.graph
+        nodes = [n.id for n in graph.nodes if n.op == op and np.prod(n.shape, dtype=np.int64) > 0]
+
+        def draw():
+            at, node = ctx.rng.randint(1, ctx.steps), ctx.rng.choice(nodes)
+            index = ctx.rng.randrange(int(np.prod(graph.nodes[node].shape, dtype=np.int64)))
+            bit = ctx.rng.randrange(23)
+            oracle = _deviating(WrongNodeOutput, ctx, at=at, node=node, change=lambda v: flip_bit(v, index, bit))
+            return oracle, at, f"flips bit {bit} of element {index} of node {node} ({op}) at step {at}"
+
+        oracle, _, what = _draw(ctx, draw)
+        return Cheat(f"wrong-{op}-output", oracle, Truth(oracle.at, oracle.node, WRONG_RESULT, 3), what)
+    return strategy
+
+
+def whole_disputes(job: str, seeds: int, ops: Sequence[str] = ()) -> None:
     from node.cli.dispute_sim import simulate
     from node.cli.onchain_step import play_fourth_level
     from node.cli.train import load_training
@@ -175,10 +197,15 @@ def whole_disputes(job: str, seeds: int) -> None:
     training = load_training(job, 4)
     honest = TrainingOracle(training)
     print(f"\nwhole disputes ({job}, 4 steps, wrong-op-output, the cheater the provider)")
-    for seed in range(seeds):
-        result = simulate(training, "wrong-op-output", seed=seed, honest=honest)
+    from node.cheats import STRATEGIES
+    runs = [("wrong-op-output", seed) for seed in range(seeds)]
+    for op in ops:  # aimed at one operator: registered for this process only
+        STRATEGIES[f"wrong-{op}-output"] = wrong_output_of(op)
+        runs.append((f"wrong-{op}-output", 0))
+    for strategy, seed in runs:
+        result = simulate(training, strategy, seed=seed, honest=honest)
         fourth = play_fourth_level(result, honest, seed=seed)
-        head = f"seed {seed:2d}: levels 1-3 {result.rounds} rounds off chain ({result.winner} wins at the referee)"
+        head = f"{strategy} seed {seed:2d}: levels 1-3 {result.rounds} rounds off chain ({result.winner} wins at the referee)"
         if fourth is None or not fourth.covered:
             print(head + f"; node {fourth.node if fourth else '?'} ({fourth.op if fourth else '?'}) not covered")
             continue
@@ -196,10 +223,14 @@ def main() -> None:
     parser.add_argument("--fourth-level", action="store_true", help="the fourth level's rounds and gas instead")
     parser.add_argument("--job", default="scripts/jobs/tiny-gpt.toml")
     parser.add_argument("--seeds", type=int, default=12, help="whole disputes played with --fourth-level")
+    parser.add_argument("--aim", nargs="*", default=["matmul", "softmax", "layer_norm"],
+                        help="operators to aim one more whole dispute at each")
+    parser.add_argument("--skip-operators", action="store_true", help="with --fourth-level: whole disputes only")
     args = parser.parse_args()
     if args.fourth_level:
-        fourth_level_per_operator(args.job)
-        whole_disputes(args.job, args.seeds)
+        if not args.skip_operators:
+            fourth_level_per_operator(args.job)
+        whole_disputes(args.job, args.seeds, args.aim)
         return
     chain = EmbeddedChain()
     step_gas(chain, args.cases)

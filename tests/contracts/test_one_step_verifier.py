@@ -19,7 +19,7 @@ pytestmark = pytest.mark.settlement
 
 FAMILIES = ("add", "mul_scalar", "relu", "exp", "log", "tanh", "softmax", "layer_norm", "matmul", "adamw_update",
             "sum_to", "transpose", "reshape", "gelu_grad", "layer_norm_grad_x", "causal_mask", "embedding",
-            "cross_entropy", "cross_entropy_grad", "step_increment", "full")
+            "cross_entropy", "cross_entropy_grad", "step_increment", "full", "mean", "sqrt_grad")
 GAS_CAP = 5_000_000
 
 

@@ -59,6 +59,12 @@ def cases(rng: np.random.Generator) -> dict[str, tuple[list[np.ndarray], dict]]:
         "cross_entropy": ([v(4 * 6, edges=False).reshape(4, 6), rng.integers(0, 6, 4).astype(np.int64)], {}),
         "cross_entropy_grad": ([np.float32(1.5), v(4 * 6, edges=False).reshape(4, 6),
                                 rng.integers(0, 6, 4).astype(np.int32)], {}),
+        "sqrt": ([v(30)], {}), "rsqrt": ([v(30)], {}), "sqrt_grad": ([v(30), np.abs(v(30))], {}),
+        "rsqrt_grad": ([v(30), v(30)], {}), "sigmoid_grad": ([v(30), v(30)], {}), "tanh_grad": ([v(30), v(30)], {}),
+        "sgd_momentum": ([v(30), v(30), v(30)], {"momentum": 0.9, "weight_decay": 1e-4}),
+        "sgd_update": ([v(30), v(30)], {"lr": 0.1}),
+        "sum": ([v(60).reshape(3, 5, 4)], {"axis": (0, 2), "keepdims": False}),
+        "mean": ([v(60).reshape(3, 5, 4)], {"axis": (1,), "keepdims": True}),
     }
 
 
