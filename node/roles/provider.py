@@ -125,7 +125,7 @@ class ProviderRole:
             return True
         if reason is None:
             return True
-        await self._abandon(job_id, f"{reason} (found on restart, before resuming its run)")
+        await self._abandon(job_id, reason, found=" (found on restart, before resuming its run)")
         return False
 
     async def _settled(self, job_id: bytes, seat: Any, how: str) -> None:
@@ -335,7 +335,7 @@ class ProviderRole:
                 raise JobGone(gone[0]) from None
             raise RunStopped("the node stopped the run") from None
 
-    async def _abandon(self, job_id: bytes, reason: str) -> None:
+    async def _abandon(self, job_id: bytes, reason: str, *, found: str = "") -> None:
         ctx = self.ctx
         loaded = await ctx.load_job(job_id)
         if loaded is not None and loaded[0].state != "lost":  # lost with an old chain: that says it
@@ -343,7 +343,7 @@ class ProviderRole:
             await ctx.save_job(job_id, ROLE, "abandoned", record)
         self.working.discard(job_id)
         self.runs.pop(job_id, None)
-        log.warning("job %s: stopped working on it: %s", job_id.hex()[:12], reason)
+        log.warning("job %s: stopped working on it: %s%s", job_id.hex()[:12], reason, found)
 
     async def _commit(self, job_id: bytes, signed: Any, run: JobRun, trace: Any) -> dict:
         ctx = self.ctx

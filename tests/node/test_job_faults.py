@@ -83,7 +83,8 @@ async def test_a_provider_restarted_after_its_job_was_refunded_does_not_work_on_
         assert not list((tmp_path / "provider" / "jobs" / job_id.hex() / "run").glob("step-*"))  # no training
         await wait_for(lambda: any("stopped working" in m for m in lines.lines), timeout=10)  # logged after the row
         stopped = [m for m in lines.lines if "stopped working" in m]
-        assert stopped == [f"job {job_id.hex()[:12]}: stopped working on it: the job is REFUNDED on chain"]
+        assert stopped == [f"job {job_id.hex()[:12]}: stopped working on it: the job is REFUNDED on chain "
+                           "(found on restart, before resuming its run)"]
         nursery.cancel_scope.cancel()
 
 

@@ -77,7 +77,7 @@ def test_a_restarted_provider_and_auditor_reconcile_a_job_refunded_while_they_we
                     f"before resuming its run)") in said
             assert "trained" not in said and "JobWrongStatus" not in said and "Traceback" not in said
             _, record = job_state(provider.data_dir)
-            assert record["abandoned"].startswith("the job is REFUNDED on chain")
+            assert record["abandoned"] == "the job is REFUNDED on chain"
             heard = log_since(auditor, auditor_log)
             assert (f"job {short}: the job was REFUNDED on chain before the audit ended (found on restart): "
                     f"0 audit(s) dropped") in heard
