@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,12 +22,12 @@ from libp2p.peer.id import ID
 from protocol import (
     Commitment, Envelope, JobOffer, LocalProtocolError, RemoteProtocolError, decode_envelope, hash_tree,
 )
-from protocol.settings import CLIENT_SETTINGS, JobSettings
+from protocol.settings import CLIENT_SETTINGS
 
 from ..errors import BadMessage, LocalError, PeerError
 from ..framing import pack, unpack
 from ..streams import RequestRefused
-from .chain import ETHER, chain_failures, describe_chain_error, format_ether, withdraw_credit
+from .chain import chain_failures, describe_chain_error, format_ether, withdraw_credit
 from .context import RoleContext
 from .client_result import fetch_result, job_summary, settle_result, standing_reports, write_summary
 from .jobfiles import JOB_FILE, BundleError, bundle_of_file, encode_bundle, install_job, job_dir, load_training
@@ -38,7 +38,7 @@ from .job_protocols import (
 from .client_job import (
     DONE_STATES, HANDED, JOB_FINALIZED, JOB_MISSING, JOB_OPENED,
     JOB_REFUNDED, OPENED, REPORTS_IN, RESULT_CHECKED, SEATS_FILLED, SEATS_UNFILLED, SUBMITTED, UNFILLED, VERIFIED,
-    VERIFYING, ClientJob, Phase, default_windows, ended, estimate_step_seconds, phase_of, step_seconds,
+    VERIFYING, ClientJob, Phase, SubmitOptions, default_windows, ended, estimate_step_seconds, phase_of, step_seconds,
     verified_summary,
 )
 from .referee import RefereedJob, RefereeDuty
@@ -57,35 +57,13 @@ WAIT_UNTIL = ("verified", "settled")  # where `ClientRole.wait` may stop
 ANNOUNCED = (HANDED, VERIFYING, VERIFIED)  # a job is announced to auditors from the time it is handed out
 
 
-@dataclass
-class SubmitOptions:
-    """What a job is submitted with: the client's settings of `protocol.settings.JobSettings`
-    (seconds; None: the table's default, the windows sized for the job when it is submitted)
-    and the client's own choices. The job's row keeps them, every setting filled in."""
-
-    providers: int = 1
-    price: int = ETHER
-    stake: int = ETHER
-    accept_within: float | None = None  # from submission
-    commit_within: float | None = None  # after the acceptance deadline
-    challenge_within: float | None = None  # after the commit deadline
-    move_timeout: float | None = None
-    clock: float | None = None
-    provider_addrs: list[str] = field(default_factory=list)
-    out: str = ""
-
-    def job_settings(self, work_seconds: float) -> JobSettings:
-        """The job's settings: those given, the table's defaults, windows sized for ``work_seconds``."""
-        given = {name: getattr(self, name) for name in CLIENT_SETTINGS if getattr(self, name) is not None}
-        return JobSettings(**given).sized_for(work_seconds)
-
-
 class ClientRole:
     def __init__(self, ctx: RoleContext) -> None:
         self.ctx = ctx
         self.jobs: dict[bytes, ClientJob] = {}
         self.adverts: dict[ID, tuple[float, Advert]] = {}
         self.ready = trio.Event()
+        self.opening: set[bytes] = set()  # jobs whose openJob is in flight: it may land on a new chain (same URL)
         self.referee = RefereeDuty(ctx, self._refereed)
         ctx.roles[ROLE] = self
 
@@ -192,9 +170,13 @@ class ClientRole:
             on_open(cj)
         s = chain.settlement
         await chain.run(chain.ensure_funds_sync, options.price)
-        await chain.run(lambda: s.open_job(job_id, price=options.price, providers_wanted=options.providers,
-                                           provider_stake=options.stake, accept_by=accept_by, commit_by=commit_by,
-                                           challenge_by=challenge_by, ruling_period=rules.ruling_period))
+        self.opening.add(job_id)
+        try:
+            await chain.run(lambda: s.open_job(job_id, price=options.price, providers_wanted=options.providers,
+                                               provider_stake=options.stake, accept_by=accept_by, commit_by=commit_by,
+                                               challenge_by=challenge_by, ruling_period=rules.ruling_period))
+        finally:
+            self.opening.discard(job_id)
         log.info("job %s: opened on chain, %s ether for %d provider(s)", job_id.hex()[:12],
                  format_ether(options.price), options.providers)
         await self._advance(cj, JOB_OPENED)
@@ -263,7 +245,9 @@ class ClientRole:
 
         lost = []
         for cj in list(self.jobs.values()):
-            if cj.done.is_set() or (await new.run(new.settlement.job, cj.job_id)).status != JobStatus.NONE:
+            if cj.done.is_set() or cj.job_id in self.opening:
+                continue  # an openJob in flight goes on: on the new chain if it lands there, else submit fails
+            if (await new.run(new.settlement.job, cj.job_id)).status != JobStatus.NONE:
                 continue
             if cj.drive_scope is not None:
                 cj.drive_scope.cancel()

@@ -44,9 +44,10 @@ from typing import Any
 
 import trio
 
-from protocol.settings import DEFAULT_JOB_SETTINGS
+from protocol.settings import CLIENT_SETTINGS, DEFAULT_JOB_SETTINGS, JobSettings
 
 from ..errors import LocalError
+from .chain import ETHER
 from .context import terms_of
 from .disputes import RefereeSession
 
@@ -107,6 +108,29 @@ class ClientJob:
     def phase(self, now: float) -> "Phase":
         """Where the job stands at chain time ``now``."""
         return phase_of(self.state, self.record, now, disputes_running=sum(1 for s in self.sessions if not s.recorded))
+
+
+@dataclass
+class SubmitOptions:
+    """What a job is submitted with: the client's settings of `protocol.settings.JobSettings`
+    (seconds; None: the table's default, the windows sized for the job when it is submitted)
+    and the client's own choices. The job's row keeps them, every setting filled in."""
+
+    providers: int = 1
+    price: int = ETHER
+    stake: int = ETHER
+    accept_within: float | None = None  # from submission
+    commit_within: float | None = None  # after the acceptance deadline
+    challenge_within: float | None = None  # after the commit deadline
+    move_timeout: float | None = None
+    clock: float | None = None
+    provider_addrs: list[str] = field(default_factory=list)
+    out: str = ""
+
+    def job_settings(self, work_seconds: float) -> JobSettings:
+        """The job's settings: those given, the table's defaults, windows sized for ``work_seconds``."""
+        given = {name: getattr(self, name) for name in CLIENT_SETTINGS if getattr(self, name) is not None}
+        return JobSettings(**given).sized_for(work_seconds)
 
 
 # A step's cost on a busy CPU, from its step graph: per operator node (the interpreter's
@@ -217,4 +241,4 @@ def ended(state: str, record: dict) -> str:
     return ENDED_FAILED
 
 
-__all__ = ["ClientJob", "JOB_LIFE", "Phase", "default_windows", "ended", "estimate_step_seconds", "phase_of", "step_seconds", "verified_summary"]
+__all__ = ["ClientJob", "JOB_LIFE", "Phase", "SubmitOptions", "default_windows", "ended", "estimate_step_seconds", "phase_of", "step_seconds", "verified_summary"]

@@ -31,7 +31,7 @@ import trio
 
 from ..config import make_config, setting_default
 from ..datadir import init_datadir
-from .invariants import BalanceRead, Segment
+from .invariants import BalanceRead, Segment, read_failures
 from .ledger import Ledger
 from .plan import AUDITOR, CLIENT, PROVIDER, NodePlan, TestnetOptions, TestnetPlan
 from .report import Audit, NodeInfo, Submission, audit_from_entry
@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 MARKER = ".gavel-testnet"
 POLL_INTERVAL = 0.5
+BALANCE_READS, BALANCE_READ_AGAIN = 3, 1.0  # readings of the balances before one that does not add up counts; seconds between
 EXTRA_LINKS = 2
 OBSERVER = "observer"
 PEER_RECORD_OFF = 1e9  # seconds
@@ -303,13 +304,22 @@ class Network:
 
     async def read_balances(self, label: str) -> BalanceRead:
         """The chain's ether and the ledger's books at the chain's head, as one reading of the
-        current segment (the balance-sum invariant checks them)."""
-        async with self._poll_lock:
-            binding = self._binding
-            head = await binding.run(binding.chain.block_number)
-            await self._poll_to(head)
-            contract, burn = await binding.run(self._balances_at, head)
-            read = BalanceRead(label, self.now(), head, contract, burn, self.ledger.money())
+        current segment (the balance-sum invariant checks them). A reading that does not add
+        up is taken again from a later head before it counts: anvil has answered for its
+        newest block's balance before eth_getLogs gave that block's events (a chaos run: a
+        stake in the contract's ether, its NodeRegistered missing, there a block later)."""
+        for attempt in range(1, BALANCE_READS + 1):
+            async with self._poll_lock:
+                binding = self._binding
+                head = await binding.run(binding.chain.block_number)
+                await self._poll_to(head)
+                contract, burn = await binding.run(self._balances_at, head)
+                read = BalanceRead(label, self.now(), head, contract, burn, self.ledger.money())
+            broken = read_failures(read, self.segments[-1])
+            if not broken or attempt == BALANCE_READS:
+                break
+            log.info("balances %s at block %d do not add up (%s); reading them again", label, head, broken[0])
+            await trio.sleep(BALANCE_READ_AGAIN)
         self.segments[-1].reads.append(read)
         return read
 
