@@ -67,7 +67,8 @@ import numpy as np
 from . import _matmul_cpu as cpu
 from . import _matmul_spec as spec
 from ._backend import array_module
-from ._matmul_engines import CHUNK, ENGINES, float64_planes, int8_available, int8_planes, torch_available
+from ._matmul_engines import (CHUNK, ENGINES, calls_for, cuda_int8_available, float64_planes, int8_available,
+                              int8_planes, torch_available)
 from .errors import OpError
 from .registry import Attr, register
 
@@ -176,20 +177,27 @@ def _prepare_rhs(b: Any, xp: ModuleType, kernels: str, shift: Any = None) -> _Op
     return _Operand(b, shift, bad.any(axis=1), chunks)
 
 
+def int8_ready(xp: ModuleType) -> bool:
+    """Whether the exact int8 engine runs for arrays of module xp (CPU torch with an exact
+    _int_mm for NumPy; a CUDA torch for CuPy)."""
+    return int8_available() if xp is np else cuda_int8_available(xp)
+
+
 def _select_engine(engine: str, xp: ModuleType) -> str:
     if engine == "auto":
         engine = os.environ.get(ENGINE_ENV, "auto")
     if engine == "auto":
-        return "int8" if xp is np and int8_available() else "float64"
+        return "int8" if int8_ready(xp) else "float64"
     if engine not in ENGINES:
         raise OpError(f"matmul: unknown engine {engine!r}; expected one of {('auto',) + ENGINES}")
-    if engine in ("int8", "torch") and xp is not np:
-        raise OpError(f"matmul: engine {engine!r} runs on CPU arrays only")
+    if engine == "torch" and xp is not np:
+        raise OpError("matmul: engine 'torch' runs on CPU arrays only")
     if engine in ("int8", "torch") and not torch_available():
         raise OpError(f"matmul: engine {engine!r} needs the torch package (pip install torch); "
                       "engine 'float64' needs NumPy alone and gives the same bits")
-    if engine == "int8" and not int8_available():
-        raise OpError("matmul: torch._int_mm is not exact on this CPU (no VNNI); use engine 'float64'")
+    if engine == "int8" and not int8_ready(xp):
+        raise OpError("matmul: torch._int_mm is not exact on this CPU (no VNNI); use engine 'float64'" if xp is np
+                      else "matmul: engine 'int8' on CuPy arrays needs a CUDA build of torch that sees the GPU")
     return engine
 
 
@@ -216,7 +224,7 @@ def _products(lhs: _Operand, rhs: _Operand, xp: ModuleType, engine: str, kernels
     last = len(lhs.chunks) - 1
     for c, (a_digits, b_digits) in enumerate(zip(lhs.chunks, rhs.chunks)):
         if engine == "int8":
-            planes, weights = int8_planes(a_digits, b_digits)
+            planes, weights = int8_planes(a_digits, b_digits, calls_for(xp))
         else:
             planes, weights = float64_planes(a_digits, b_digits, xp, engine)
         if kernels == "numba":
@@ -259,7 +267,7 @@ def exact_sums(a: Any, b: Any, row_shift: Any, col_shift: Any) -> tuple[Any, Any
     rhs = _prepare_rhs(b[None], xp, kernels, xp.asarray(col_shift, xp.int32).reshape(1, n))
     for a_digits, b_digits in zip(lhs.chunks, rhs.chunks):
         if engine == "int8":
-            planes, weights = int8_planes(a_digits, b_digits)
+            planes, weights = int8_planes(a_digits, b_digits, calls_for(xp))
         else:
             planes, weights = float64_planes(a_digits, b_digits, xp, engine)
         if kernels == "numba":
