@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import cpu_kernels as _kernels
+from . import gpu_kernels as _gpu
 from . import registry
 from ._backend import array_module
 from ._nn_checks import (
@@ -80,6 +81,8 @@ def softmax(x: Any, axis: int = -1) -> Any:
     axis = normalize_axis("softmax", axis, x.ndim)
     if _kernels.enabled(xp) and x.shape[axis]:  # the same sequence, one row at a time
         return _kernels.softmax(x, axis)
+    if _gpu.enabled(xp) and axis == x.ndim - 1 and x.shape[axis]:  # the same, fused on the GPU
+        return _gpu.softmax(xp, x)
     e = exp_f64(_shifted_f64(xp, x, axis))
     # in place where a temporary would only be copied: the same IEEE operations
     probs = xp.divide(e, _tree_sum_keepdims(xp, e, axis), out=e)
@@ -167,6 +170,8 @@ def layer_norm(x: Any, gamma: Any, beta: Any, eps: float = 1e-5) -> Any:
     xp = array_module(x, gamma, beta)
     if _kernels.enabled(xp):
         return _kernels.layer_norm(x, gamma, beta, eps)
+    if _gpu.enabled(xp):
+        return _gpu.layer_norm(xp, x, gamma, beta, eps)
     xhat, _ = _normalized_f64(x, eps)
     y = xp.multiply(xhat, gamma.astype(np.float64), out=xhat)
     y = xp.add(y, beta.astype(np.float64), out=y)

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from . import gpu_kernels as _gpu
 from . import registry
 from ._backend import array_module
 from .errors import OpError
@@ -76,6 +77,9 @@ def _same_shape(op: str, first: Any, **others: Any) -> Any:
 def sgd_momentum(buf: Any, grad: Any, param: Any, *, momentum: float, weight_decay: float) -> Any:
     """New momentum buffer: buf * momentum + (grad [+ param * weight_decay])."""
     xp = _same_shape("sgd_momentum", buf, grad=grad, param=param)
+    if _gpu.enabled(xp):
+        return _gpu.elementwise(xp, "sgd_momentum", (buf, grad, param),
+                                (_f32(momentum), _f32(weight_decay), np.int32(weight_decay != 0.0)))
     d = grad
     if weight_decay != 0.0:
         d = xp.add(grad, xp.multiply(param, _f32(weight_decay)))
@@ -85,18 +89,24 @@ def sgd_momentum(buf: Any, grad: Any, param: Any, *, momentum: float, weight_dec
 def sgd_update(param: Any, buf: Any, *, lr: float) -> Any:
     """New parameter: param - buf * lr."""
     xp = _same_shape("sgd_update", param, buf=buf)
+    if _gpu.enabled(xp):
+        return _gpu.elementwise(xp, "sgd_update", (param, buf), (_f32(lr),))
     return xp.subtract(param, xp.multiply(buf, _f32(lr)))
 
 
 def adam_moment1(m: Any, grad: Any, *, beta: float) -> Any:
     """New first moment: m * beta + grad * f32(1 - beta)."""
     xp = _same_shape("adam_moment1", m, grad=grad)
+    if _gpu.enabled(xp):
+        return _gpu.elementwise(xp, "adam_moment", (m, grad), (_f32(beta), _f32(1.0 - beta), np.int32(0)))
     return xp.add(xp.multiply(m, _f32(beta)), xp.multiply(grad, _f32(1.0 - beta)))
 
 
 def adam_moment2(v: Any, grad: Any, *, beta: float) -> Any:
     """New second moment: v * beta + (grad * grad) * f32(1 - beta)."""
     xp = _same_shape("adam_moment2", v, grad=grad)
+    if _gpu.enabled(xp):
+        return _gpu.elementwise(xp, "adam_moment", (v, grad), (_f32(beta), _f32(1.0 - beta), np.int32(1)))
     return xp.add(xp.multiply(v, _f32(beta)), xp.multiply(xp.multiply(grad, grad), _f32(1.0 - beta)))
 
 
@@ -115,6 +125,9 @@ def adamw_update(
     xp = _same_shape(op, param, m=m, v=v)
     _require_f32(op, "beta1_power", beta1_power, ())
     _require_f32(op, "beta2_power", beta2_power, ())
+    if _gpu.enabled(xp):
+        return _gpu.elementwise(xp, "adamw_update", (param, m, v, beta1_power, beta2_power),
+                                (_f32(lr), _f32(eps), _f32(1.0 - lr * weight_decay)))
     one = _f32(1.0)
     bc1 = xp.subtract(one, beta1_power)
     bc2 = xp.subtract(one, beta2_power)

@@ -14,7 +14,9 @@ disturbed pair; multi-threaded BLAS suffers most from other processes).
 CUPY_TF32 is cleared before CuPy loads) on the same arrays, in this process, each call
 followed by a device synchronize; beside it, as the pieces an int8 engine is built from,
 float64 DGEMM and (where torch sees the GPU) one int8 product, torch._int_mm, of the same
-size, each as a ratio to SGEMM. `--json` ends the output with one JSON line.
+size, each as a ratio to SGEMM; each row says which engine the product took ("int8" on
+CUDA torch, else "float64") and times the float64 engine beside it. A last row times the
+fused softmax against CuPy's plain (non-reproducible) exp / sum. `--json` ends the output with one JSON line.
 """
 from __future__ import annotations
 
@@ -159,6 +161,11 @@ def _gpu_rows(repeats: int) -> dict:
         row = _row(f"gpu matmul {m}x{k}x{n}", plain, ratio_prepared_b=reuse["ours"] / reuse["numpy"],
                    baseline="cuBLAS SGEMM, TF32 off")
         row["sgemm_ms"] = row.pop("numpy_ms")
+        from repops_cupy.matmul import int8_ready
+
+        row["engine"] = "int8" if int8_ready(cp) else "float64"
+        f64_engine = _paired_times(synced(lambda: matmul(a, b, engine="float64")), sgemm, repeats)
+        row["float64_engine_ratio"] = f64_engine["ours"] / f64_engine["numpy"]
         a64, b64 = a.astype(cp.float64), b.astype(cp.float64)
         dgemm = _paired_times(synced(lambda: a64 @ b64), sgemm, repeats)  # exact: baseline timing only
         row["dgemm_ratio"] = dgemm["ours"] / dgemm["numpy"]
@@ -168,6 +175,13 @@ def _gpu_rows(repeats: int) -> dict:
             int8 = _paired_times(synced(lambda: cuda_torch._int_mm(ta, tb)), sgemm, repeats)
             row["int8_ratio"] = int8["ours"] / int8["numpy"]
         rows.append(row)
+    x = cp.asarray(rng.standard_normal((16 * 2 * 64, 64)).astype(np.float32))  # tiny-gpt's attention rows
+    from repops_cupy import gpu_kernels, nn
+
+    fused = _paired_times(synced(lambda: nn.softmax(x)), synced(lambda: cp.exp(x) / cp.exp(x).sum(-1, keepdims=True)), repeats)
+    rows.append({"case": "gpu softmax 2048x64", "fused": gpu_kernels.enabled(cp), "ratio": fused["ours"] / fused["numpy"],
+                 "ratio_min": fused["ours_min"] / fused["numpy_min"], "sgemm_ms": 1e3 * fused["numpy"],
+                 "ratio_prepared_b": float("nan"), "dgemm_ratio": float("nan")})
     return {"parsed": True, "device": name, "cupy": cp.__version__, "repeats": repeats, "rows": rows}
 
 

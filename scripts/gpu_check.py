@@ -211,6 +211,14 @@ def gpu_probe() -> tuple[bool, str, dict]:
             return False, "CuPy is not installed", {}
         return False, "CuPy imports but no CUDA device answers", {}
     info = {"cupy": cp.__version__}
+    try:  # which engine the matrix product takes here, and whether the fused kernels serve CuPy
+        from repops_cupy import gpu_kernels  # noqa: PLC0415
+        from repops_cupy.matmul import int8_ready  # noqa: PLC0415
+
+        info["matmul_engine"] = "int8" if int8_ready(cp) else "float64"
+        info["fused_kernels"] = gpu_kernels.enabled(cp)
+    except Exception as exc:  # noqa: BLE001 - reported, the checks still run
+        info["engine_error"] = f"{type(exc).__name__}: {exc}"
     try:
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         info["device"] = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])

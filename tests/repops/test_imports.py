@@ -62,6 +62,9 @@ for engine in ("int8", "torch"):
         matmul(x, x.T, engine=engine)
     except OpError as exc:
         print(engine + ":", "needs the torch package" in str(exc))
+from repops_cupy import gpu_kernels  # the fused GPU kernels' module needs numpy alone (CuPy at launch)
+from repops_cupy.matmul import int8_ready
+print("int8 engine:", int8_ready(np), "fused on numpy:", gpu_kernels.enabled(np))
 failed = []
 for m in pkgutil.walk_packages(repops_cupy.__path__, "repops_cupy."):
     try:
@@ -89,7 +92,8 @@ def test_repops_cupy_computes_and_trains_without_the_optional_packages_and_gives
     assert lines[:len(CASES)] == expected
     program = TrainingProgram(load_job(JOB))  # here with numba and torch's int8 engine, when present
     assert lines[len(CASES)] == state_hash(program.run_step(program.initial_state()).state).hex()
-    assert lines[len(CASES) + 1:len(CASES) + 4] == ["checkpoint: True", "int8: True", "torch: True"]
+    assert lines[len(CASES) + 1:len(CASES) + 5] == ["checkpoint: True", "int8: True", "torch: True",
+                                                    "int8 engine: False fused on numpy: False"]
     assert not (tmp_path / "never-written.safetensors").exists()
     failed = lines[-1].removeprefix("failed: ").split()
     assert all(name.startswith(NEED_HIDDEN) for name in failed), failed
