@@ -64,6 +64,9 @@ class AuditorRole:
         self._queue_send, self._queue = trio.open_memory_channel[tuple[bytes, str]](1024)
         self._early: dict[bytes, list[tuple[str, dict]]] = {}  # commitments seen before their job
         self.runs: dict[bytes, tuple[JobRun, Any]] = {}
+        # One own run per job: two providers' audits share it, and two runs in one
+        # directory would resume from each other's half-written checkpoints.
+        self._run_locks: dict[bytes, trio.Lock] = {}
         self._tries: dict[tuple[bytes, str], int] = {}  # failed attempts of each audit
         ctx.roles[ROLE] = self
 
@@ -285,9 +288,13 @@ class AuditorRole:
         return False
 
     async def _own_run(self, job_id: bytes, training: Any, program: Any) -> tuple[JobRun, Any]:
-        if job_id in self.runs:
-            await trio.lowlevel.checkpoint()
-            return self.runs[job_id]
+        async with self._run_locks.setdefault(job_id, trio.Lock()):
+            if job_id in self.runs:
+                await trio.lowlevel.checkpoint()
+                return self.runs[job_id]
+            return await self._train_own_run(job_id, training, program)
+
+    async def _train_own_run(self, job_id: bytes, training: Any, program: Any) -> tuple[JobRun, Any]:
         run = JobRun(training, program, job_dir(self.config.data_dir, job_id) / AUDIT_DIR, job_id=job_id,
                      device=resolve_device(self.config.device))
         stop = threading.Event()
