@@ -165,8 +165,9 @@ async def test_a_provider_that_stalls_or_lies_in_the_game_loses_its_dispute(tmp_
         client_role = await role(client, "client")
         await role(honest, "provider")
         await role(cheater, "provider")
+        # a move may wait seconds on a loaded machine: the opening of a dispute outlived a 3 s timeout once
         options = SubmitOptions(providers=2, accept_within=60, commit_within=60, challenge_within=60,
-                                move_timeout=3, clock=15)
+                                move_timeout=10, clock=30)
         job_id = await client_role.submit(job_file, options)
         cj = client_role.jobs[job_id]
         await wait_for(lambda: cj.state == "verified", timeout=180)
