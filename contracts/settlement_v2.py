@@ -48,6 +48,7 @@ from .records import (
     _FromAbi,
 )
 from .settlement import Settlement, TxResult, _bytes32
+from .settlement_v2_demands import DEMAND_EVENT_TYPES, DEMANDS_CONTRACT_NAME, GAS_LIMITS_DEMANDS, DemandMovesV2
 from .settlement_v2_games import GAME_EVENT_TYPES, GAMES_CONTRACT_NAME, GAS_LIMITS_GAMES, GameMovesV2
 from .settlement_v2_referees import (
     GAS_LIMITS_REFEREES,
@@ -63,7 +64,7 @@ CONTRACT_NAME = "GavelSettlementV2"
 # 139k, commit 63k, reveal 82k at 11 entries and 1.33M at MAX_LIST, closeSeat 92k, settle 127k
 # for two seats and 655k for MAX_PROVIDERS, withdraw 31k). A limit costs nothing unless used; one too tight fails a move.
 GAS_LIMITS_V2: dict[str, int] = {
-    "deploy": 12_000_000,  # each of the three: the game module, the referee module, the contract
+    "deploy": 12_000_000,  # each of the four: the game, referee and demand modules, the contract
     "register": 180_000,
     "addStake": 70_000,
     "beginUnbonding": 70_000,
@@ -78,6 +79,7 @@ GAS_LIMITS_V2: dict[str, int] = {
     "withdraw": 100_000,
     **GAS_LIMITS_GAMES,
     **GAS_LIMITS_REFEREES,
+    **GAS_LIMITS_DEMANDS,
 }
 
 
@@ -310,6 +312,7 @@ EVENT_TYPES_V2: dict[str, type[SettlementEvent]] = {
         NodeRegistered, StakeAdded, UnbondingBegun, UnbondingCancelled, NodeExited, StakeSlashed, StakeUnlocked,
         Withdrawn, JobOpened, SeatTaken, JobFilled, TraceCommitted, RevealOpened, TraceRevealed, SeatForfeited,
         ProviderPaid, ClientRefunded, JobSettled, *GAME_EVENT_TYPES, *REFEREE_EVENT_TYPES,
+        *DEMAND_EVENT_TYPES,
     )
 }
 
@@ -331,9 +334,9 @@ def commitment_of(job_id: bytes, seat: str, root: bytes, salt: bytes) -> bytes:
 # ---------------------------------------------------------------- the client
 
 
-class SettlementV2(GameMovesV2, RefereeMovesV2, Settlement):
+class SettlementV2(GameMovesV2, RefereeMovesV2, DemandMovesV2, Settlement):
     """GavelSettlementV2 at `address` on `chain`, sending as `account`; the claim game's moves are
-    `GameMovesV2`'s, the rulings and appeals `RefereeMovesV2`'s."""
+    `GameMovesV2`'s, the rulings and appeals `RefereeMovesV2`'s, the demands of data `DemandMovesV2`'s."""
 
     def __init__(self, chain: Chain, address: str, account: str | None = None):
         super().__init__(chain, address, account)
@@ -354,11 +357,12 @@ class SettlementV2(GameMovesV2, RefereeMovesV2, Settlement):
         block_seconds: int = 12,
         max_interval_seconds: int = 3_600,
     ) -> SettlementV2:
-        """Deploys the two modules, then the contract with its immutables (the node rules, w and the
-        chain settings of section 3) and the modules' addresses: three transactions."""
+        """Deploys the three modules, then the contract with its immutables (the node rules, w and the
+        chain settings of section 3) and the modules' addresses: four transactions."""
         account = account if account is not None else chain.accounts[0]
         node_rules = (unbonding_delay, min_stake, winner_share_bps)
         modules = [_create(chain, account, name, (*node_rules, margin)) for name in (GAMES_CONTRACT_NAME, REFEREES_CONTRACT_NAME)]
+        modules.append(_create(chain, account, DEMANDS_CONTRACT_NAME, (*node_rules, margin, block_seconds)))
         address = _create(chain, account, CONTRACT_NAME,
                           (*node_rules, margin, bandwidth, block_seconds, max_interval_seconds, *modules))
         return cls(chain, address, account)
@@ -466,7 +470,7 @@ def abi_entries_v2() -> list[dict]:
     """GavelSettlementV2's ABI with its modules' (reached through its fallback) appended, each entry once."""
     entries = list(load_artifact(CONTRACT_NAME).abi)
     seen = {_signature(e) for e in entries}
-    for module in (GAMES_CONTRACT_NAME, REFEREES_CONTRACT_NAME):
+    for module in (GAMES_CONTRACT_NAME, REFEREES_CONTRACT_NAME, DEMANDS_CONTRACT_NAME):
         for e in load_artifact(module).abi:
             if e["type"] in ("function", "event", "error") and _signature(e) not in seen:
                 seen.add(_signature(e))

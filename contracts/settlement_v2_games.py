@@ -250,9 +250,10 @@ class GameMovesV2:
         return self._call("busyUntil", _b32(job_id), _b32(root))[0]
 
     def bonds_of(self, job_id: bytes) -> Bonds:
-        """`bondsOf(jobId)`: the fields of `protocol.economics.Bonds` the games and appeals use (demand zero)."""
+        """`bondsOf(jobId)` and `demandBondOf(jobId)`: every field of `protocol.economics.Bonds`."""
         open_game, pick_step, pick_node, referee, appeal = self._call("bondsOf", _b32(job_id))[0]
-        return Bonds(open_game=open_game, pick_step=pick_step, pick_node=pick_node, referee=referee, demand=0,
+        demand = self._call("demandBondOf", _b32(job_id))[0]
+        return Bonds(open_game=open_game, pick_step=pick_step, pick_node=pick_node, referee=referee, demand=demand,
                      appeal=appeal)
 
 

@@ -131,7 +131,7 @@ class GasFigures:
 # yet: estimates. SettlementStorageV2 holds the same constants.
 ESTIMATED_GAS = GasFigures(
     list_base_steps=110_000, list_base_nodes=110_000, list_entry=1_200, post_evidence=80_000, open_game=250_000,
-    pick_step=240_000, pick_node=210_000, resolve=350_000, join=150_000, call_witness=60_000, attest=60_000,
+    pick_step=240_000, pick_node=210_000, resolve=350_000, join=150_000, call_witness=200_000, attest=250_000,
     appeal=110_000, draw=150_000, rule_appeal=170_000)
 
 

@@ -47,6 +47,7 @@ struct GameParams {
     uint32 graphNodes;
     uint64 gasPriceCap;
     uint128 refereeFee;
+    uint128 witnessFee;
 }
 
 /// @notice Wei each move locks (section 8.5): protocol.economics.bonds computes the same.

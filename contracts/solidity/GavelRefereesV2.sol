@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity 0.8.28;
 
-import {ForfeitReason, Node, NodeStatus, SeatStatus} from "./SettlementTypesV2.sol";
+import {ForfeitReason} from "./SettlementTypesV2.sol";
 import {AppealStage, Claim, ClaimStatus, Ruling} from "./GameTypesV2.sol";
 import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 
@@ -32,10 +32,6 @@ import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 ///    stake: the balance stays stakes + credits + escrow.
 contract GavelRefereesV2 is SettlementStorageV2 {
     uint8 internal constant NODE = 2;
-    /// @notice Indices of the referee registry one draw probes.
-    uint256 public constant PROBES = 8;
-    /// @notice Blocks whose hash `blockhash` still returns: a draw armed longer ago re-arms.
-    uint256 public constant DRAW_WINDOW = 255;
 
     /// @notice Δ, as GavelSettlementV2's MARGIN (checked by its constructor).
     uint32 public immutable MARGIN;
@@ -172,11 +168,10 @@ contract GavelRefereesV2 is SettlementStorageV2 {
         }
         // The seed is the hash of block b + DRAW_DELAY, unknown when the draw was armed.
         if (block.number <= b + DRAW_DELAY) revert RefereeDrawTooEarly(uint64(b + DRAW_DELAY + 1));
-        bytes32 seed = keccak256(abi.encode(blockhash(b + DRAW_DELAY), claimId, r.draws));
+        uint256 bond = _refereeBondOf(_jobs[jobId]);
+        address drawn = _drawFrom(b, claimId, r.draws, jobId, claim.gameId, bond, r.appellant);
         r.draws += 1;
         r.armedBlock = 0;
-        uint256 bond = _refereeBondOf(_jobs[jobId]);
-        address drawn = _probe(jobId, claim.gameId, claimId, seed, bond, r.appellant);
         if (drawn == address(0)) {
             _afterDraw(claimId, claim, r, jobId);
             return;
@@ -306,26 +301,6 @@ contract GavelRefereesV2 is SettlementStorageV2 {
             r.refereesOut = true;
         }
         emit RefereesExhausted(claimId, appealing);
-    }
-
-    /// Up to PROBES indices of the registry from `seed`; the first eligible node, or zero.
-    function _probe(bytes32 jobId, bytes32 gameId, bytes32 claimId, bytes32 seed, uint256 bond, address appellant)
-        private
-        view
-        returns (address)
-    {
-        uint256 count = _referees.length;
-        address client = _jobs[jobId].client;
-        for (uint256 i; i < PROBES && count != 0; ++i) {
-            address c = _referees[uint256(keccak256(abi.encode(seed, i))) % count];
-            Node storage node = _nodes[c];
-            // Active, able to lock the bond, and no party to the job, the game or this claim.
-            bool eligible = node.status == NodeStatus.Active && node.stake - node.locked >= bond && c != client
-                && c != appellant && _seats[jobId][c].status == SeatStatus.None && !_party[gameId][c]
-                && !_refereed[claimId][c];
-            if (eligible) return c;
-        }
-        return address(0);
     }
 
     /// The first ruling stands: A pays f_R to the appeal referee, the rest to the side it favoured.

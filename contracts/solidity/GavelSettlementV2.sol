@@ -14,6 +14,7 @@ import {
     SeatStatus
 } from "./SettlementTypesV2.sol";
 import {GameParams} from "./GameTypesV2.sol";
+import {GavelDemandsV2} from "./GavelDemandsV2.sol";
 import {GavelRefereesV2} from "./GavelRefereesV2.sol";
 import {LibList} from "./LibList.sol";
 import {NodeRegistryV2} from "./NodeRegistryV2.sol";
@@ -44,7 +45,8 @@ import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 ///    be created here). All inherit `SettlementStorageV2`, so a module moves this contract's
 ///    stakes and nobody else's: there is one contract holding the money. A game counts in `openItems`.
 ///  - A client that referees locks P + w·S·n of its stake at openJob, back at settle.
-///  - Section 7 (demands and witnesses) comes in a later slice.
+///  - Section 7's demands of data and their witnesses live in `GavelDemandsV2`, a third module; an
+///    open demand counts in `openItems` and its end extends the seat's `challengeBy`.
 contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
     // ------------------------------------------------------------------ constants
 
@@ -70,6 +72,8 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
     address public immutable GAMES;
     /// @notice The referee module (section 9: rule, drawReferee, appeal, ruleAppeal, timeoutReferee, getRuling).
     address public immutable REFEREES;
+    /// @notice The availability module (section 7: demands of data and their witnesses).
+    address public immutable DEMANDS;
 
     // ------------------------------------------------------------------ events
 
@@ -171,7 +175,8 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
         uint32 blockSeconds,
         uint32 maxIntervalSeconds,
         address games,
-        address referees
+        address referees,
+        address demands
     ) SettlementStorageV2(unbondingDelay, minNodeStake, winnerShareBps) {
         // Every deadline derives from these; a zero would make some allowance zero or divide by it.
         if (margin == 0 || bandwidth == 0 || blockSeconds == 0 || maxIntervalSeconds == 0) revert SettlementZeroSetting();
@@ -182,12 +187,16 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
         // The modules compute with their own copies of the immutables: they must be these.
         _checkModule(games);
         _checkModule(referees);
+        _checkModule(demands);
+        // The witness's draw deadline reads the block time.
+        if (GavelDemandsV2(demands).BLOCK_SECONDS() != blockSeconds) revert SettlementModuleMismatch(demands);
         GAMES = games;
         REFEREES = referees;
+        DEMANDS = demands;
     }
 
     /// @notice Runs the modules' calls on this contract's storage and money: section 9's by
-    /// GavelRefereesV2, every other selector by GavelGamesV2.
+    /// GavelRefereesV2, section 7's by GavelDemandsV2, every other selector by GavelGamesV2.
     fallback() external {
         bytes4 selector = msg.sig;
         address module = selector == GavelRefereesV2.rule.selector || selector == GavelRefereesV2.appeal.selector
@@ -195,6 +204,13 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
             || selector == GavelRefereesV2.timeoutReferee.selector || selector == GavelRefereesV2.getRuling.selector
             ? REFEREES
             : GAMES;
+        if (
+            selector == GavelDemandsV2.demandData.selector || selector == GavelDemandsV2.releaseDemand.selector
+                || selector == GavelDemandsV2.callWitness.selector || selector == GavelDemandsV2.drawWitness.selector
+                || selector == GavelDemandsV2.attestServed.selector || selector == GavelDemandsV2.failDemand.selector
+                || selector == GavelDemandsV2.timeoutWitness.selector || selector == GavelDemandsV2.getDemand.selector
+                || selector == GavelDemandsV2.refusersOf.selector || selector == GavelDemandsV2.demandBondOf.selector
+        ) module = DEMANDS;
         assembly {
             calldatacopy(0, 0, calldatasize())
             let ok := delegatecall(gas(), module, 0, calldatasize(), 0, 0)
@@ -250,7 +266,8 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
         job.initialState = terms.initialState;
         job.allowed = JobAllowances(a.train, a.replay, a.interval, a.xferState, a.xferEvidence, a.rule, a.demand, a.game);
         job.finalBy = job.acceptBy + a.train + a.reveal + a.replay + a.demand + a.game;
-        _gameParams[jobId] = GameParams(terms.steps, terms.checkpointEvery, terms.graphNodes, terms.gasPriceCap, terms.refereeFee);
+        _gameParams[jobId] = GameParams(terms.steps, terms.checkpointEvery, terms.graphNodes, terms.gasPriceCap, terms.refereeFee,
+            terms.witnessFee);
         if (terms.clientReferees) {
             // P + w·S·n: more than a client gains from one false ruling against every seat (section 9).
             uint256 bond = _refereeBondOf(job);

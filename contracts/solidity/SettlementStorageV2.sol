@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity 0.8.28;
 
-import {Job, JobStatus, Seat, SeatStatus} from "./SettlementTypesV2.sol";
+import {Demand, Job, JobStatus, Node, NodeStatus, Seat, SeatStatus} from "./SettlementTypesV2.sol";
 import {Claim, GameBonds, GameParams, Ruling} from "./GameTypesV2.sol";
 import {NodeStoreV2} from "./NodeStoreV2.sol";
 
@@ -16,6 +16,10 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
     uint256 public constant MAX_DRAWS = 3;
     /// @notice Blocks between arming a draw and the block whose hash seeds it.
     uint256 public constant DRAW_DELAY = 2;
+    /// @notice Indices of the referee registry one draw probes.
+    uint256 public constant PROBES = 8;
+    /// @notice Blocks whose hash `blockhash` still returns: a draw armed longer ago re-arms.
+    uint256 public constant DRAW_WINDOW = 255;
     /// @notice Joiners of a claim whose join gas is reimbursed when it wins (8.3).
     uint256 public constant MAX_JOINERS = 8;
     /// @notice Gas figures the bonds and reimbursements pay at γ (section 13, measured by
@@ -43,6 +47,11 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
     uint256 public constant GAS_DRAW = 150_000;
     /// @notice See GAS_APPEAL.
     uint256 public constant GAS_RULE_APPEAL = 170_000;
+    /// @notice Gas of the seat's two calls that bring a witness (callWitness and a drawWitness that
+    /// draws), and of the witness's attestServed: the demand bond D pre-pays them (section 7).
+    uint256 public constant GAS_CALL_WITNESS = 200_000;
+    /// @notice See GAS_CALL_WITNESS.
+    uint256 public constant GAS_ATTEST = 250_000;
 
     mapping(bytes32 jobId => Job) internal _jobs;
     mapping(bytes32 jobId => address[]) internal _seatsOf;
@@ -69,7 +78,19 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
     /// The referees of each node claim (section 9).
     mapping(bytes32 claimId => Ruling) internal _rulings;
     /// Accounts drawn to referee a claim, at either level (they are not drawn for it again).
-    mapping(bytes32 claimId => mapping(address account => bool)) internal _refereed;
+    /// Accounts drawn for an item: a claim's referees at either level, a demand's witnesses (not drawn for it again).
+    mapping(bytes32 itemId => mapping(address account => bool)) internal _refereed;
+
+    /// Demands of data (section 7), by id.
+    mapping(bytes32 demandId => Demand) internal _demands;
+    /// The open demand of each (job, seat, item), keyed keccak(jobId, seat, item); zero when none.
+    mapping(bytes32 slot => bytes32 demandId) internal _openDemand;
+    /// Witnesses of a demand that attested "not served", in order (their bonds wait for its end).
+    mapping(bytes32 demandId => address[]) internal _refusers;
+    /// A seat's first challengeBy, kept when a demand extends it: demands open only before it.
+    mapping(bytes32 jobId => mapping(address seat => uint64)) internal _demandsClose;
+    /// Demands made so far (part of each demand's id).
+    uint256 internal _demandCount;
 
     constructor(uint64 unbondingDelay, uint256 minNodeStake, uint16 winnerShareBps)
         NodeStoreV2(unbondingDelay, minNodeStake, winnerShareBps)
@@ -88,6 +109,41 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
         b.pickNode = p.refereeFee + n * gamma * GAS_POST_EVIDENCE;
         b.referee = _refereeBondOf(job);
         b.appeal = _appealBondOf(jobId);
+    }
+
+    /// D = f_W + γ·(G_callWitness + G_attest): what a demander and a drawn witness lock (section 7).
+    function _demandBondOf(bytes32 jobId) internal view returns (uint256) {
+        GameParams storage p = _gameParams[jobId];
+        return p.witnessFee + uint256(p.gasPriceCap) * (GAS_CALL_WITNESS + GAS_ATTEST);
+    }
+
+    /// Section 9's draw, for a claim's referee or a demand's witness (`itemId`): seed =
+    /// keccak(blockhash(armedBlock + DRAW_DELAY), itemId, draws), then up to PROBES indices
+    /// keccak(seed, i) mod |registry|; the first node that is active, has free stake ≥ `bond`, and is
+    /// not the client, a seat of the job, a party to `gameId`, `excluded`, or drawn for this item
+    /// before. Zero when all PROBES miss.
+    function _drawFrom(
+        uint256 armedBlock,
+        bytes32 itemId,
+        uint8 draws,
+        bytes32 jobId,
+        bytes32 gameId,
+        uint256 bond,
+        address excluded
+    ) internal view returns (address) {
+        bytes32 seed = keccak256(abi.encode(blockhash(armedBlock + DRAW_DELAY), itemId, draws));
+        uint256 count = _referees.length;
+        address client = _jobs[jobId].client;
+        for (uint256 i; i < PROBES && count != 0; ++i) {
+            address c = _referees[uint256(keccak256(abi.encode(seed, i))) % count];
+            Node storage node = _nodes[c];
+            // Active, able to lock the bond, and no party to the job, the game or this item.
+            bool eligible = node.status == NodeStatus.Active && node.stake - node.locked >= bond && c != client
+                && c != excluded && _seats[jobId][c].status == SeatStatus.None && !_party[gameId][c]
+                && !_refereed[itemId][c];
+            if (eligible) return c;
+        }
+        return address(0);
     }
 
     /// A = f_R + γ·(G_appeal + G_draw + G_ruleAppeal): what an appellant locks (section 9).

@@ -158,3 +158,39 @@ struct Deadlines {
     uint64 challengeEnd;
     uint64 finalBy;
 }
+
+/// @notice Where a demand of data stands (section 7).
+///
+///   Open --releaseDemand (the demander got it)--> Released
+///   Open --callWitness (the seat, from serveBy for Δ)--> Drawing --drawWitness--> Witnessing
+///   Witnessing --attestServed(true)--> Served
+///   Witnessing --attestServed(false) or timeoutWitness, draws left--> Drawing
+///   Witnessing --attestServed(false), MAX_DRAWS drawn--> Refused --failDemand--> Failed
+///   Open (serveBy + Δ passed) or Drawing (drawBy passed) --failDemand--> Failed (the seat forfeits)
+///   Drawing (a draw found nobody) or Witnessing (timeoutWitness), MAX_DRAWS drawn--> Void
+enum DemandStage {
+    None,
+    Open,
+    Drawing,
+    Witnessing,
+    Refused,
+    Released,
+    Served,
+    Failed,
+    Void
+}
+
+/// @notice A demand that a seat hand over one item: 0 the bundle, c + 1 checkpoint c (c = 0..C).
+/// `deadline` is serveBy (Open), the draw's deadline (Drawing) or attestBy (Witnessing).
+struct Demand {
+    bytes32 jobId;
+    address seat;
+    uint32 item;
+    DemandStage stage;
+    uint8 draws;
+    address demander;
+    uint64 deadline;
+    address witness;
+    uint64 armedBlock;
+    uint128 bond;
+}

@@ -3,13 +3,15 @@
 Each walk opens a two-seat job (one seat cheats half the time), then plays random moves by random
 accounts (a client that referees or not, seats, an honest and a hostile auditor, three referees),
 most of them sensible, many refused, with time and blocks moving between them: games, picks,
-lists, evidence, rulings, appeals, draws, timeouts, settle, withdrawals. After every move:
+lists, evidence, rulings, appeals, draws, timeouts, demands of data and their witnesses (section 7),
+settle, withdrawals. After every move:
 
 - the contract's balance is the nodes' stakes + credits + the escrow of unsettled jobs (bonds and
   referee bonds are locks of stake; burned coins leave the contract), and no node's locks exceed
   its stake;
 - a refused move moved no coin of anyone;
-- an account that only calls the moves anyone may call (timeouts, draws, settle) never gains or loses.
+- an account that only calls the moves anyone may call (timeouts, draws, failDemand, settle) never
+  gains or loses.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 from eth_utils import keccak
 
 from contracts.errors import ContractRevert
+from contracts.settlement_v2_demands import DataDemanded
 from contracts.settlement_v2_games import ClaimPicked, GameOpened
 
 from .game_world_v2 import CHEAT, EVERY, NODES, STEPS, TRUTH, GameTable, register_auditors, register_referees
@@ -39,11 +42,12 @@ class Walk:
         cheats = rng.random() < 0.5
         # σ = 100 s: a replay window of ~34 min and intervals of ~8 min, so games happen before it closes.
         self.t = GameTable(w, (TRUTH, CHEAT if cheats else TRUTH), client_referees=rng.random() < 0.7,
-                           step_millis=100_000)
+                           step_millis=100_000, witness_fee=10**15)
         self.seats = self.t.seats
         self.games: dict[bytes, tuple[int, str]] = {}            # game -> (interval c, seat of the root)
         self.steps: dict[bytes, tuple[int, int, str]] = {}       # step claim -> (c, s, seat of the picked list)
         self.nodes: dict[bytes, str] = {}                        # node claim -> seat of the picked list
+        self.demands: list[bytes] = []
         self.anyone = w.deployer  # calls only what anyone may call; registered nowhere
         self.accounts = [w.client, *self.seats, self.honest_auditor, self.hostile, *self.referees, self.anyone]
 
@@ -181,6 +185,44 @@ class Walk:
         if game:
             self.w.as_(self.anyone).resolve_game(game)
 
+    def demand_data(self):
+        by = self.rng.choice([self.honest_auditor, self.hostile, self.w.client, *self.seats])
+        item = self.rng.choice((0, 1, STEPS // EVERY + 1, self.rng.randrange(STEPS // EVERY + 3)))
+        result = self.w.as_(by).demand_data(self.t.jid, self.rng.choice(self.seats), item)
+        self.demands.extend(e.demand_id for e in result.all(DataDemanded))
+
+    def release_demand(self):
+        demand = self._any(self.demands)
+        if demand:
+            d = self.w.settlement.demand(demand)
+            self.w.as_(d.demander if self.rng.random() < 0.8 else d.seat).release_demand(demand)
+
+    def call_witness(self):
+        demand = self._any(self.demands)
+        if demand:
+            d = self.w.settlement.demand(demand)
+            self.w.as_(d.seat if self.rng.random() < 0.9 else d.demander).call_witness(demand)
+
+    def draw_witness(self):
+        demand = self._any(self.demands)
+        if demand:
+            for _ in range(self.rng.choice((0, 3))):
+                self.w.chain.mine()
+            self.w.as_(self.anyone).draw_witness(demand)
+
+    def attest_served(self):
+        demand = self._any(self.demands)
+        if demand:
+            drawn = self.w.settlement.demand(demand).witness
+            by = drawn if drawn != ZERO and self.rng.random() < 0.9 else self.rng.choice(self.referees)
+            self.w.as_(by).attest_served(demand, self.rng.random() < 0.5)
+
+    def fail_or_timeout_demand(self):
+        demand = self._any(self.demands)
+        if demand:
+            call = self.w.as_(self.anyone)
+            (call.fail_demand if self.rng.random() < 0.5 else call.timeout_witness)(demand)
+
     def settle(self):
         self.w.as_(self.anyone).settle(self.t.jid)
 
@@ -193,7 +235,9 @@ class Walk:
 
     MOVES = [open_game, open_game, open_game, post_steps, post_steps, endorse, pick_step, pick_step, post_nodes,
              post_nodes, pick_node, pick_node, post_evidence, post_evidence, post_evidence, rule, rule, appeal, appeal, draw, draw,
-             rule_appeal, timeout_referee, timeout, timeout, resolve_game, settle, withdraw, wait, wait]
+             rule_appeal, timeout_referee, timeout, timeout, resolve_game, settle, withdraw, wait, wait,
+             demand_data, demand_data, release_demand, call_witness, draw_witness, attest_served,
+             fail_or_timeout_demand]
 
 
 @pytest.mark.parametrize("seed", range(4))
