@@ -32,6 +32,7 @@ from contracts import (
 )
 from contracts.chain import Chain
 from contracts.settlement_v2 import GAS_LIMITS_V2, JobOpened, JobTerms, SettlementV2, commitment_of
+from contracts.settlement_v2_demands import DataDemanded, WitnessDrawn
 from contracts.settlement_v2_games import ClaimPicked, GameOpened
 from contracts.settlement_v2_referees import RefereeDrawn
 from protocol.economics import DRAW_DELAY
@@ -150,11 +151,10 @@ def _h(label: str) -> bytes:
     return hashlib.sha256(label.encode()).digest()
 
 
-def _v2_dispute(chain: Chain, gas: dict[str, int], interval_steps: int, graph_nodes: int, intervals: int = 10,
-                picked_nodes: tuple[int, ...] = (0,)):
-    """A one-seat version 2 job revealed and a dispute over its interval 0 played to the evidence of
-    one node claim per `picked_nodes` (one pick a level); each move's gas in `gas`.
-    Returns (settlement, job id, game, step claim, node claims)."""
+def _v2_job(chain: Chain, gas: dict[str, int], interval_steps: int, graph_nodes: int, intervals: int = 10,
+            witness_fee: int = 0):
+    """A one-seat version 2 job, revealed (each move's gas in `gas`); the client, seat and auditor
+    registered. Returns (settlement, job id, the states of every step, the trace's ListTree)."""
     accounts = chain.accounts
     client, seat, auditor = accounts[1], accounts[2], accounts[3]
     s = SettlementV2.deploy(chain, unbonding_delay=UNBONDING_DELAY, min_stake=ETHER)
@@ -174,13 +174,27 @@ def _v2_dispute(chain: Chain, gas: dict[str, int], interval_steps: int, graph_no
         nonce=1, client_key=_h("client"), client_referees=True, spec_hash=keccak_(spec), initial_state=trace[0],
         steps=steps, checkpoint_every=interval_steps, graph_nodes=graph_nodes, step_millis=1_000, node_millis=100,
         state_bytes=10**6, evidence_bytes=10**5, providers_wanted=1, catch_bps=9_000, accept_window=100,
-        price=ETHER, provider_stake=ETHER, gas_price_cap=10**9, referee_fee=10**15, witness_fee=0)
+        price=ETHER, provider_stake=ETHER, gas_price_cap=10**9, referee_fee=10**15, witness_fee=witness_fee)
     jid = tx("openJob", s.connect(client).open_job(terms, spec)).one(JobOpened).job_id
     tx("accept", s.connect(seat).accept(jid))
     tree = ListTree(trace)
     tx("commit", s.connect(seat).commit(jid, commitment_of(jid, seat, tree.root, _h("salt"))))
     tx("reveal", s.connect(seat).reveal(jid, trace, _h("salt")))
+    return s, jid, states, tree
 
+
+def _v2_dispute(chain: Chain, gas: dict[str, int], interval_steps: int, graph_nodes: int, intervals: int = 10,
+                picked_nodes: tuple[int, ...] = (0,)):
+    """A one-seat version 2 job revealed and a dispute over its interval 0 played to the evidence of
+    one node claim per `picked_nodes` (one pick a level); each move's gas in `gas`.
+    Returns (settlement, job id, game, step claim, node claims)."""
+    seat, auditor = chain.accounts[2], chain.accounts[3]
+
+    def tx(name, result):
+        gas[name] = result.gas_used
+        return result
+
+    s, jid, states, tree = _v2_job(chain, gas, interval_steps, graph_nodes, intervals)
     game = tx("openGame", s.connect(auditor).open_game(jid, tree.root, 0)).one(GameOpened).game_id
     interval = states[:interval_steps + 1]
     tx("postSteps", s.connect(seat).post_steps(game, interval, tree.proof(0).siblings, tree.proof(1).siblings))
@@ -255,6 +269,52 @@ def bench_v2_referees(chain: Chain, referees: int = 5) -> dict[str, int]:
     return gas
 
 
+def bench_v2_demands(chain: Chain, witnesses: int = 5) -> dict[str, int]:
+    """Gas of section 7 on a one-seat job: a demand released; a demand whose first witness refuses and
+    second finds it served (one refuser charged); a demand whose witnesses time out and refuse to
+    MAX_DRAWS, then failed (two refusers paid from the seat's lock)."""
+    gas: dict[str, int] = {}
+    client, seat, auditor = chain.accounts[1], chain.accounts[2], chain.accounts[3]
+    s, jid, _, _ = _v2_job(chain, {}, 20, 53, witness_fee=10**15)
+    for i, account in enumerate(chain.accounts[4:4 + witnesses]):
+        s.connect(account).register(_h(f"witness {i}"), Role.REFEREE, stake=10 * ETHER)
+    by_auditor = s.connect(auditor)
+
+    def demand(item: int) -> bytes:
+        result = by_auditor.demand_data(jid, seat, item)
+        gas["demandData"] = result.gas_used
+        return result.one(DataDemanded).demand_id
+
+    def witness(d: bytes, name: str = "drawWitness") -> str:
+        armed = s.demand(d).armed_block
+        while chain.block_number() < armed + DRAW_DELAY:
+            chain.mine()
+        result = s.connect(seat).draw_witness(d)
+        gas[name] = result.gas_used
+        return result.one(WitnessDrawn).witness
+
+    def call(d: bytes) -> None:
+        chain.mine(max(s.demand(d).deadline - 1, chain.now() + 1))
+        gas["callWitness"] = s.connect(seat).call_witness(d).gas_used
+
+    gas["releaseDemand"] = by_auditor.release_demand(demand(0)).gas_used
+    served = demand(1)
+    call(served)
+    gas["attestServed (refused)"] = s.connect(witness(served)).attest_served(served, False).gas_used
+    gas["attestServed (served, 1 refuser)"] = s.connect(witness(served, "drawWitness (redraw)")).attest_served(
+        served, True).gas_used
+    failed = demand(2)
+    call(failed)
+    witness(failed)
+    chain.mine(max(s.demand(failed).deadline, chain.now() + 1))
+    gas["timeoutWitness"] = s.timeout_witness(failed).gas_used
+    for _ in range(2):
+        s.connect(witness(failed)).attest_served(failed, False)
+    gas["failDemand (2 refusers)"] = s.fail_demand(failed).gas_used
+    gas["the seat's calls (callWitness + drawWitness)"] = gas["callWitness"] + gas["drawWitness"]
+    return gas
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
@@ -304,10 +364,12 @@ def main() -> None:
     for name in v2[next(iter(v2))]:
         limit = GAS_LIMITS_V2.get(name.split()[0], 0)
         print(f"{name:<22}" + "".join(f"{g[name]:>26,}" for g in v2.values()) + (f"{limit:>11,}" if limit else ""))
-    print("\nversion 2, section 9 (mlp shape, five referees registered): gas used, limit")
-    for name, used in bench_v2_referees(EmbeddedChain()).items():
-        limit = GAS_LIMITS_V2.get(name.split()[0], 0)
-        print(f"{name:<26}{used:>11,}" + (f"{limit:>11,}" if limit else ""))
+    for title, gas in (("section 9 (mlp shape, five referees registered)", bench_v2_referees(EmbeddedChain())),
+                       ("section 7 (one seat, five witnesses registered)", bench_v2_demands(EmbeddedChain()))):
+        print(f"\nversion 2, {title}: gas used, limit")
+        for name, used in gas.items():
+            limit = GAS_LIMITS_V2.get(name.split()[0], 0)
+            print(f"{name:<46}{used:>11,}" + (f"{limit:>11,}" if limit else ""))
 
 
 if __name__ == "__main__":
