@@ -18,8 +18,8 @@ from contracts.artifacts import ARTIFACT_DIR, current_source_hash, load_artifact
 pytestmark = pytest.mark.settlement
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTRACTS = ("GavelSettlement", "ReentrantReceiver", "GavelSettlementV2", "GavelGamesV2", "GavelRefereesV2", "LibList", "LibListHarnessV2", "Float64Step",
-             "Float64StepHarness", "TensorChunk", "TensorChunkHarness")
+CONTRACTS = ("GavelSettlement", "ReentrantReceiver", "GavelSettlementV2", "GavelGamesV2", "GavelRefereesV2", "GavelDemandsV2", "LibList", "LibListHarnessV2",
+             "Float64Step", "Float64StepHarness", "TensorChunk", "TensorChunkHarness", "OneStepVerifier")
 
 
 def _solc_available() -> bool:
