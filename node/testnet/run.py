@@ -102,6 +102,15 @@ def config_of(options: TestnetOptions, *, mode: str, chain: str, command: str) -
     return {**values, "mode": mode, "chain": chain, "command": command}
 
 
+def _opened_on_a_killed_chain(records: Any) -> set[int]:
+    """Submissions whose job was open and unsettled on a chain the run killed. The chaos
+    harness marks them lost at the kill, but a `gavel submit` restarted by an earlier fault
+    may not have told it its job id by then."""
+    killed = [seg for seg in records.segments if seg.lost_at is not None]
+    return {sub.index for sub in records.submissions if sub.job_id is not None
+            and any((job := seg.ledger.jobs.get(sub.job_id)) is not None and not job.settled for seg in killed)}
+
+
 def run_testnet(options: TestnetOptions, out: Path, *, mode: str = IN_PROCESS, chain: str = "embedded",
                 display: LiveDisplay | None = None, command: str = "") -> dict[str, Any]:
     out = Path(out)
@@ -118,7 +127,7 @@ def run_testnet(options: TestnetOptions, out: Path, *, mode: str = IN_PROCESS, c
         network = ProcessNetwork(plan, out, chain=chain, on_progress=(display.update if display else None))
     records = trio.run(network.run)
     # jobs that died with a killed chain are the chaos section's, not judged as jobs of the surviving chain
-    lost_indexes = records.chaos.lost if records.chaos is not None else set()
+    lost_indexes = set(records.chaos.lost) | _opened_on_a_killed_chain(records) if records.chaos is not None else set()
     lost = [s for s in records.submissions if s.index in lost_indexes]
     records.submissions = [s for s in records.submissions if s.index not in lost_indexes]
     if display:

@@ -181,3 +181,22 @@ def test_each_fault_says_what_became_of_its_victims_jobs(story):
     fresh = Segment(1, Ledger(), 51.0)
     assert describe_recovery(client_kill, [lost, fresh], accounts, [story["sub"]], [], {0: "client-00"})[1] == \
         "job 0: lost with the chain restart at 50.0 s (unrecoverable by design)"
+
+
+def test_a_job_open_on_a_killed_chain_is_lost_even_if_the_harness_missed_it():
+    """A `gavel submit` restarted by an earlier fault told the harness its job id only after
+    the chain was killed: the report still counts the job as lost with that chain, not as a
+    client left unserved on the new one."""
+    from types import SimpleNamespace
+
+    from node.testnet.run import _opened_on_a_killed_chain
+
+    def ledger(**jobs):
+        return SimpleNamespace(jobs={bytes.fromhex(k[1:]): SimpleNamespace(settled=v) for k, v in jobs.items()})
+
+    old = SimpleNamespace(lost_at=80.8, ledger=ledger(j01=False, j02=True))
+    new = SimpleNamespace(lost_at=None, ledger=ledger(j03=False))
+    submissions = [SimpleNamespace(index=i, job_id=job) for i, job in
+                   enumerate([bytes.fromhex("01"), bytes.fromhex("02"), bytes.fromhex("03"), None])]
+    records = SimpleNamespace(segments=[old, new], submissions=submissions)
+    assert _opened_on_a_killed_chain(records) == {0}  # settled on the old chain, or on the new one: judged
