@@ -133,6 +133,10 @@ class Chain(ABC):
         """Moves chain time forward and mines a block at now() + seconds."""
         self.mine(self.now() + seconds)
 
+    def forget_nonces(self) -> None:
+        """Read each sender's nonce from the chain before its next transaction (a chain that
+        counts nonces in this process must, after a reorganisation dropped transactions)."""
+
     def close(self) -> None:
         """Releases connections; the chain object is unusable afterwards."""
 
@@ -478,6 +482,9 @@ class RpcChain(Chain):
     def revert(self, mark: Any) -> None:
         if not self.rpc("evm_revert", mark):
             raise ChainError(f"evm_revert({mark}) refused")
+        self.forget_nonces()
+
+    def forget_nonces(self) -> None:
         self._nonces.clear()
 
     def new_account(self, funding: int) -> str:

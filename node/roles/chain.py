@@ -224,9 +224,7 @@ class ChainBinding:
         """Read our account's nonce from the chain before the next transaction: an RPC chain
         counts nonces in this process, and a reorganisation may have dropped transactions
         we sent (counting on from them would queue the next one behind a gap for ever)."""
-        nonces = getattr(self.chain, "_nonces", None)  # contracts.RpcChain's count; the embedded EVM has none
-        if nonces is not None:
-            nonces.clear()
+        self.chain.forget_nonces()
 
     def block_sync(self, number: int | None = None) -> tuple[int, str]:
         """(number, hash) of block ``number``, or of the latest block when None. An RPC
