@@ -9,7 +9,6 @@ import pytest
 import trio
 
 from contracts import JobStatus
-from node.roles.client import SubmitOptions
 from node.roles.context import context_of
 from node.roles.jobfiles import install_job, load_training, prepare_bundle
 from repops_cupy.checkpoint import state_hash
@@ -17,9 +16,8 @@ from repops_cupy.jobspec import load_job
 from repops_cupy.train import TrainingProgram
 
 from .conftest import trio_test
-from .test_byo_network import _audits
-from .test_roles_inprocess import context_key
-from .test_roles_support import advance_embedded_chain, role, start_node, wait_for, write_job
+from .test_byo_network import audited_and_settled, verified_other_data_job
+from .test_roles_support import write_job
 
 IMAGE_JOB = """\
 [job]
@@ -78,20 +76,8 @@ def test_image_files_travel_in_the_bundle(tmp_path):
 async def test_own_images_audited_and_a_provider_on_other_data_loses(tmp_path):
     job_file = write_image_job(tmp_path)
     async with trio.open_nursery() as nursery:
-        client = await start_node(nursery, tmp_path / "client", ["client"])
-        hub = client.host.listen_addrs
-        honest = await start_node(nursery, tmp_path / "honest", ["provider"], bootstrap=hub)
-        cheater = await start_node(nursery, tmp_path / "cheater", ["provider"], bootstrap=hub, cheat="other-data")
-        auditor = await start_node(nursery, tmp_path / "auditor", ["auditor"], bootstrap=hub)
-        client_role = await role(client, "client")
-        for node, name in ((honest, "provider"), (cheater, "provider"), (auditor, "auditor")):
-            await role(node, name)
-        options = SubmitOptions(providers=2, accept_within=90, commit_within=90, challenge_within=60,
-                                move_timeout=30, clock=120)
-        job_id = await client_role.submit(job_file, options)
-        cj = client_role.jobs[job_id]
-        await wait_for(lambda: cj.state == "verified", timeout=240)
-
+        net = await verified_other_data_job(nursery, tmp_path, job_file)
+        _, honest, cheater, _, job_id, _ = net
         for name in ("honest", "cheater"):  # the user's files reached every party as blobs
             job_dir = tmp_path / name / "jobs" / job_id.hex()
             assert (job_dir / "data.npy").read_bytes() == (tmp_path / "my-images.npy").read_bytes()
@@ -99,14 +85,7 @@ async def test_own_images_audited_and_a_provider_on_other_data_loses(tmp_path):
         training, _ = context_of(honest).trainings[job_id]
         assert training.spec.model.kind == "cnn" and "unfold2d" in training.graph.op_counts()
 
-        await wait_for(lambda: _audits(auditor, job_id) is not None, timeout=120)
-        audits = _audits(auditor, job_id)
-        honest_key, cheater_key = context_key(honest), context_key(cheater)
-        assert audits[honest_key]["state"] == "ok"  # the auditor's own run agrees with the honest provider's
-        assert audits[cheater_key]["state"] == "challenged"
-        await wait_for(lambda: all(s.recorded for s in cj.sessions), timeout=120)
-        advance_embedded_chain(600)
-        result = await client_role.wait(job_id)
+        result, honest_key, cheater_key = await audited_and_settled(net)
 
         assert result["status"] == JobStatus.FINALIZED.name
         assert result["providers"][honest_key]["outcome"] == "paid"

@@ -66,25 +66,47 @@ def _audits(auditor, job_id):
     return unpack(row.spec)["audits"] if row is not None and row.state == "audited" else None
 
 
+async def verified_other_data_job(nursery, tmp_path, job_file):
+    """A client, an honest provider, an ``other-data`` cheater and an auditor on one network;
+    the job submitted with two seats and verified by the client. Returns (client_role, honest,
+    cheater, auditor, job_id, client_job)."""
+    client = await start_node(nursery, tmp_path / "client", ["client"])
+    hub = client.host.listen_addrs
+    honest = await start_node(nursery, tmp_path / "honest", ["provider"], bootstrap=hub)
+    cheater = await start_node(nursery, tmp_path / "cheater", ["provider"], bootstrap=hub, cheat="other-data")
+    auditor = await start_node(nursery, tmp_path / "auditor", ["auditor"], bootstrap=hub)
+    client_role = await role(client, "client")
+    for node, name in ((honest, "provider"), (cheater, "provider"), (auditor, "auditor")):
+        await role(node, name)
+    options = SubmitOptions(providers=2, accept_within=90, commit_within=90, challenge_within=60,
+                            move_timeout=30, clock=120)
+    job_id = await client_role.submit(job_file, options)
+    cj = client_role.jobs[job_id]
+    await wait_for(lambda: cj.state == "verified", timeout=240)
+    return client_role, honest, cheater, auditor, job_id, cj
+
+
+async def audited_and_settled(net):
+    """The auditor's verdicts on ``net``'s job (the honest provider ok, the cheater challenged),
+    then the job settled; returns (the client's result, honest key, cheater key)."""
+    client_role, honest, cheater, auditor, job_id, cj = net
+    await wait_for(lambda: _audits(auditor, job_id) is not None, timeout=120)
+    audits = _audits(auditor, job_id)
+    honest_key, cheater_key = context_key(honest), context_key(cheater)
+    assert audits[honest_key]["state"] == "ok"  # the auditor's own run agrees with the honest provider's
+    assert audits[cheater_key]["state"] == "challenged"
+    await wait_for(lambda: all(s.recorded for s in cj.sessions), timeout=120)
+    advance_embedded_chain(600)
+    return await client_role.wait(job_id), honest_key, cheater_key
+
+
 @pytest.mark.slow
 @trio_test(timeout=480)
 async def test_own_text_and_weights_audited_and_a_provider_on_other_data_loses(tmp_path):
     job_file = write_byo_job(tmp_path)
     async with trio.open_nursery() as nursery:
-        client = await start_node(nursery, tmp_path / "client", ["client"])
-        hub = client.host.listen_addrs
-        honest = await start_node(nursery, tmp_path / "honest", ["provider"], bootstrap=hub)
-        cheater = await start_node(nursery, tmp_path / "cheater", ["provider"], bootstrap=hub, cheat="other-data")
-        auditor = await start_node(nursery, tmp_path / "auditor", ["auditor"], bootstrap=hub)
-        client_role = await role(client, "client")
-        for node, name in ((honest, "provider"), (cheater, "provider"), (auditor, "auditor")):
-            await role(node, name)
-        options = SubmitOptions(providers=2, accept_within=90, commit_within=90, challenge_within=60,
-                                move_timeout=30, clock=120)
-        job_id = await client_role.submit(job_file, options)
-        cj = client_role.jobs[job_id]
-        await wait_for(lambda: cj.state == "verified", timeout=240)
-
+        net = await verified_other_data_job(nursery, tmp_path, job_file)
+        _, honest, cheater, _, job_id, _ = net
         # the user's files reached every party as blobs and are what the job was built from
         for name in ("honest", "cheater"):
             job_dir = tmp_path / name / "jobs" / job_id.hex()
@@ -94,15 +116,7 @@ async def test_own_text_and_weights_audited_and_a_provider_on_other_data_loses(t
         assert training.dataset.arrays["tokenizer"].tobytes() == train_bpe(TEXT, 300)
         assert training.spec.model.init_hash == file_hash(tmp_path / "pretrained.safetensors")
 
-        await wait_for(lambda: _audits(auditor, job_id) is not None, timeout=120)
-        audits = _audits(auditor, job_id)
-        honest_key, cheater_key = context_key(honest), context_key(cheater)
-        assert audits[honest_key]["state"] == "ok"  # the auditor's own run agrees with the honest provider's
-        assert audits[cheater_key]["state"] == "challenged"
-        await wait_for(lambda: all(s.recorded for s in cj.sessions), timeout=120)
-        advance_embedded_chain(600)
-        result = await client_role.wait(job_id)
-
+        result, honest_key, cheater_key = await audited_and_settled(net)
         assert result["status"] == JobStatus.FINALIZED.name
         assert result["providers"][honest_key]["outcome"] == "paid"
         assert result["providers"][cheater_key]["outcome"] == "slashed"
