@@ -16,8 +16,8 @@ from repops_cupy.jobspec import load_job
 from repops_cupy.train import TrainingProgram
 
 from .conftest import trio_test
-from .test_byo_network import audited_and_settled, verified_other_data_job
-from .test_roles_support import write_job
+from .test_byo_network import audited_and_settled
+from .test_roles_support import submitted_with_a_cheater, wait_for, write_job
 
 IMAGE_JOB = """\
 [job]
@@ -76,7 +76,8 @@ def test_image_files_travel_in_the_bundle(tmp_path):
 async def test_own_images_audited_and_a_provider_on_other_data_loses(tmp_path):
     job_file = write_image_job(tmp_path)
     async with trio.open_nursery() as nursery:
-        net = await verified_other_data_job(nursery, tmp_path, job_file)
+        net = await submitted_with_a_cheater(nursery, tmp_path, job_file, "other-data")
+        await wait_for(lambda: net[5].state == "verified", timeout=240)
         _, honest, cheater, _, job_id, _ = net
         for name in ("honest", "cheater"):  # the user's files reached every party as blobs
             job_dir = tmp_path / name / "jobs" / job_id.hex()

@@ -8,8 +8,6 @@ import pytest
 import trio
 
 from contracts import JobStatus
-from node.framing import unpack
-from node.roles.client import SubmitOptions
 from node.roles.context import context_of
 from repops_cupy.jobspec import file_hash, load_job
 from repops_cupy.models import build_network, init_params
@@ -18,7 +16,7 @@ from repops_cupy.weights import save_weights
 
 from .conftest import trio_test
 from .test_roles_inprocess import context_key
-from .test_roles_support import advance_embedded_chain, role, start_node, wait_for, write_job
+from .test_roles_support import advance_embedded_chain, audits_of, submitted_with_a_cheater, wait_for, write_job
 
 TEXT = ("Shall I compare thee to a summer's day? Thou art more lovely and more temperate: rough winds do shake "
         "the darling buds of May, and summer's lease hath all too short a date. ") * 12
@@ -61,37 +59,12 @@ def write_byo_job(directory):
     return write_job(directory, BYO_JOB, "byo.toml")
 
 
-def _audits(auditor, job_id):
-    row = auditor.storage.get_job(job_id)
-    return unpack(row.spec)["audits"] if row is not None and row.state == "audited" else None
-
-
-async def verified_other_data_job(nursery, tmp_path, job_file):
-    """A client, an honest provider, an ``other-data`` cheater and an auditor on one network;
-    the job submitted with two seats and verified by the client. Returns (client_role, honest,
-    cheater, auditor, job_id, client_job)."""
-    client = await start_node(nursery, tmp_path / "client", ["client"])
-    hub = client.host.listen_addrs
-    honest = await start_node(nursery, tmp_path / "honest", ["provider"], bootstrap=hub)
-    cheater = await start_node(nursery, tmp_path / "cheater", ["provider"], bootstrap=hub, cheat="other-data")
-    auditor = await start_node(nursery, tmp_path / "auditor", ["auditor"], bootstrap=hub)
-    client_role = await role(client, "client")
-    for node, name in ((honest, "provider"), (cheater, "provider"), (auditor, "auditor")):
-        await role(node, name)
-    options = SubmitOptions(providers=2, accept_within=90, commit_within=90, challenge_within=60,
-                            move_timeout=30, clock=120)
-    job_id = await client_role.submit(job_file, options)
-    cj = client_role.jobs[job_id]
-    await wait_for(lambda: cj.state == "verified", timeout=240)
-    return client_role, honest, cheater, auditor, job_id, cj
-
-
 async def audited_and_settled(net):
     """The auditor's verdicts on ``net``'s job (the honest provider ok, the cheater challenged),
     then the job settled; returns (the client's result, honest key, cheater key)."""
     client_role, honest, cheater, auditor, job_id, cj = net
-    await wait_for(lambda: _audits(auditor, job_id) is not None, timeout=120)
-    audits = _audits(auditor, job_id)
+    await wait_for(lambda: audits_of(auditor, job_id) is not None, timeout=120)
+    audits = audits_of(auditor, job_id)
     honest_key, cheater_key = context_key(honest), context_key(cheater)
     assert audits[honest_key]["state"] == "ok"  # the auditor's own run agrees with the honest provider's
     assert audits[cheater_key]["state"] == "challenged"
@@ -105,7 +78,8 @@ async def audited_and_settled(net):
 async def test_own_text_and_weights_audited_and_a_provider_on_other_data_loses(tmp_path):
     job_file = write_byo_job(tmp_path)
     async with trio.open_nursery() as nursery:
-        net = await verified_other_data_job(nursery, tmp_path, job_file)
+        net = await submitted_with_a_cheater(nursery, tmp_path, job_file, "other-data")
+        await wait_for(lambda: net[5].state == "verified", timeout=240)
         _, honest, cheater, _, job_id, _ = net
         # the user's files reached every party as blobs and are what the job was built from
         for name in ("honest", "cheater"):

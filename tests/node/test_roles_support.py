@@ -9,6 +9,8 @@ import trio
 
 from node.cheats import ROUNDLOG_STRATEGIES, STRATEGIES
 from node.datadir import init_datadir, load_seed
+from node.framing import unpack
+from node.roles.client import SubmitOptions
 from node.roles.context import context_of
 from node.runtime import Node
 
@@ -67,6 +69,30 @@ async def wait_for(predicate, *, timeout: float, interval: float = 0.1) -> None:
     with trio.fail_after(timeout):
         while not predicate():
             await trio.sleep(interval)
+
+
+async def submitted_with_a_cheater(nursery: trio.Nursery, tmp_path: Path, job_file: Path, cheat: str):
+    """A client, an honest provider, a provider cheating with ``cheat`` and an auditor on one
+    network, and the job submitted for two seats. Returns (client_role, honest, cheater,
+    auditor, job_id, client_job)."""
+    client = await start_node(nursery, tmp_path / "client", ["client"])
+    hub = client.host.listen_addrs
+    honest = await start_node(nursery, tmp_path / "honest", ["provider"], bootstrap=hub)
+    cheater = await start_node(nursery, tmp_path / "cheater", ["provider"], bootstrap=hub, cheat=cheat)
+    auditor = await start_node(nursery, tmp_path / "auditor", ["auditor"], bootstrap=hub)
+    client_role = await role(client, "client")
+    for node, name in ((honest, "provider"), (cheater, "provider"), (auditor, "auditor")):
+        await role(node, name)
+    options = SubmitOptions(providers=2, accept_within=90, commit_within=90, challenge_within=60,
+                            move_timeout=30, clock=120)
+    job_id = await client_role.submit(job_file, options)
+    return client_role, honest, cheater, auditor, job_id, client_role.jobs[job_id]
+
+
+def audits_of(auditor: Node, job_id: bytes) -> dict | None:
+    """The auditor's audits of the job, once its row says it audited it."""
+    row = auditor.storage.get_job(job_id)
+    return unpack(row.spec)["audits"] if row is not None and row.state == "audited" else None
 
 
 def advance_embedded_chain(seconds: int) -> None:

@@ -11,7 +11,6 @@ import trio
 
 from contracts import JobStatus
 from node.framing import unpack
-from node.roles.client import SubmitOptions
 from node.roles.context import context_of
 from node.roles.jobfiles import BundleError, bundle_of_file, check_terms, install_job, load_training
 from node.roles.roundlog_jobs import MODEL_FILE, RoundLogProgram
@@ -20,7 +19,7 @@ from repops_cupy.roundlog.roundlog_job import train_job
 
 from .conftest import trio_test
 from .test_roles_inprocess import context_key
-from .test_roles_support import advance_embedded_chain, role, start_node, wait_for, write_job
+from .test_roles_support import advance_embedded_chain, audits_of, submitted_with_a_cheater, wait_for, write_job
 
 MODEL_SOURCE = Path(__file__).with_name("roundlog_test_model.py")
 
@@ -111,11 +110,6 @@ def test_a_module_with_no_file_to_ship_is_refused(tmp_path):
         bundle_of_file(write_job(tmp_path, text, "rl.toml"))
 
 
-def _audits(auditor, job_id):
-    row = auditor.storage.get_job(job_id)
-    return unpack(row.spec)["audits"] if row is not None and row.state == "audited" else None
-
-
 def _audit_states(auditor, job_id) -> dict:
     """Provider key -> audit state, whatever the job's row state (it moves on once a dispute runs)."""
     row = auditor.storage.get_job(job_id)
@@ -132,19 +126,8 @@ async def test_roundlog_job_audited_over_the_network_and_a_perturbed_weight_caug
     the referee reruns the step)."""
     job_file = write_job(tmp_path, ROUNDLOG_JOB, "rl.toml")
     async with trio.open_nursery() as nursery:
-        client = await start_node(nursery, tmp_path / "client", ["client"])
-        hub = client.host.listen_addrs
-        honest = await start_node(nursery, tmp_path / "honest", ["provider"], bootstrap=hub)
-        cheater = await start_node(nursery, tmp_path / "cheater", ["provider"], bootstrap=hub,
-                               cheat=cheat)
-        auditor = await start_node(nursery, tmp_path / "auditor", ["auditor"], bootstrap=hub)
-        client_role = await role(client, "client")
-        for node, name in ((honest, "provider"), (cheater, "provider"), (auditor, "auditor")):
-            await role(node, name)
-        options = SubmitOptions(providers=2, accept_within=90, commit_within=90, challenge_within=60,
-                                move_timeout=30, clock=120)
-        job_id = await client_role.submit(job_file, options)
-        cj = client_role.jobs[job_id]
+        client_role, honest, cheater, auditor, job_id, cj = await submitted_with_a_cheater(
+            nursery, tmp_path, job_file, cheat)
 
         # the model's code reached the providers in the bundle, and they train from it
         for name in ("honest", "cheater"):
@@ -152,7 +135,7 @@ async def test_roundlog_job_audited_over_the_network_and_a_perturbed_weight_caug
         training, _ = context_of(honest).trainings[job_id]
         assert isinstance(training, RoundLogProgram)
 
-        await wait_for(lambda: _audits(auditor, job_id) is not None, timeout=240)  # trained, committed, audited
+        await wait_for(lambda: audits_of(auditor, job_id) is not None, timeout=240)  # trained, committed, audited
         honest_key, cheater_key = context_key(honest), context_key(cheater)
         # both audits recorded, and the challenge of the mismatch sent
         settled = ("ok", "challenged", "failed")  # both audits done, the challenge of a mismatch sent
