@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -35,6 +36,10 @@ from .batches import SyntheticImages, SyntheticTokens, TextTokens
 from .state import write_trace
 from .thresholds import Thresholds
 from .trainer import Auditor, RoundLogTrainer, RunConfig
+
+# torch's default generator is one per process: two models built at once in two threads (a
+# node's jobs, or a provider and an auditor in one process) would interleave their draws.
+_BUILD_LOCK = threading.Lock()
 
 MODEL_KIND = "torch-roundlog"
 
@@ -128,8 +133,9 @@ class Job:
         seed, args = self.seed, self.model_args
 
         def build() -> torch.nn.Module:
-            torch.manual_seed(seed)
-            return cls(**args)
+            with _BUILD_LOCK:
+                torch.manual_seed(seed)
+                return cls(**args)
 
         return build
 
