@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .atomic_file import write_atomic
 from .config import CONFIG_FILE, VERSION_FILE, Config, load_config, make_config, render_toml
 from .errors import ConfigError, DataDirError
 
@@ -27,17 +28,6 @@ REPO_VERSION = 1
 
 def _missing(data_dir: Path) -> DataDirError:
     return DataDirError(f"no gavel data directory at {data_dir}; run: gavel node init --data-dir {data_dir}")
-
-
-def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 def init_datadir(data_dir: Path, values: Mapping[str, Any] = {}) -> Config:
@@ -51,8 +41,8 @@ def init_datadir(data_dir: Path, values: Mapping[str, Any] = {}) -> Config:
     data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)
     create_key_file(config.key_file)
-    _write_atomic(config.config_file, render_toml(config.values()))
-    _write_atomic(config.version_file, f"{REPO_VERSION}\n")
+    write_atomic(config.config_file, render_toml(config.values()))
+    write_atomic(config.version_file, f"{REPO_VERSION}\n")
     return config
 
 
@@ -156,7 +146,7 @@ class ApiInfo:
 
 
 def write_api(config: Config, info: ApiInfo) -> None:
-    _write_atomic(config.api_file, json.dumps(info.__dict__, indent=1) + "\n")
+    write_atomic(config.api_file, json.dumps(info.__dict__, indent=1) + "\n")
 
 
 def read_api(config: Config) -> ApiInfo | None:
