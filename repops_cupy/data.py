@@ -290,19 +290,36 @@ def load_dataset(data_spec, seed: int, base_dir: str | Path = ".") -> Dataset:
             raise DataError(f"data.path: {full.name} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         return tokenized_text(text, data_spec, base_dir)
     if kind == "tokens":
-        return token_dataset(np.fromfile(full, dtype=np.dtype(data_spec.dtype).newbyteorder("<")), data_spec.vocab_size)
-    arr = np.load(full, allow_pickle=False)
+        dtype = np.dtype(data_spec.dtype).newbyteorder("<")
+        if full.stat().st_size % dtype.itemsize:  # np.fromfile would drop the partial token silently
+            raise DataError(f"data.path: {full.name} holds {full.stat().st_size} bytes, not a whole number of "
+                            f"{data_spec.dtype} tokens (truncated?)")
+        return token_dataset(np.fromfile(full, dtype=dtype), data_spec.vocab_size)
+    arr = load_npy(full, "data.path")
     if kind == "images":
         labels = _resolve(data_spec.labels, base_dir)
         if not labels.exists():
             raise DataError(f"data.labels: no such file {labels}")
-        return image_dataset(arr, np.load(labels, allow_pickle=False), data_spec.mean, data_spec.std)
+        return image_dataset(arr, load_npy(labels, "data.labels"), data_spec.mean, data_spec.std)
     if not data_spec.labels:
         return token_dataset(arr, data_spec.vocab_size)
     labels = _resolve(data_spec.labels, base_dir)
     if not labels.exists():
         raise DataError(f"data.labels: no such file {labels}")
-    return classification_dataset(arr, np.load(labels, allow_pickle=False))
+    return classification_dataset(arr, load_npy(labels, "data.labels"))
+
+
+def load_npy(path: Path, field: str) -> np.ndarray:
+    """One array from a .npy file; a truncated or malformed file (or an .npz, or pickled objects)
+    is a DataError naming ``field``, never NumPy's own exception."""
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError, OSError) as exc:
+        raise DataError(f"{field}: {path.name} is not a readable .npy file ({exc})") from None
+    if not isinstance(arr, np.ndarray):
+        arr.close()
+        raise DataError(f"{field}: {path.name} is an .npz archive, not one .npy array")
+    return arr
 
 
 # --- sampling ----------------------------------------------------------------------

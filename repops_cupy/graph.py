@@ -49,7 +49,7 @@ import blake3
 import numpy as np
 
 from . import registry
-from ._backend import array_module, to_device, to_numpy
+from ._backend import to_device, to_numpy
 from .errors import OpError
 from .hashing import hash_tensor
 from .merkle import leaf_hash, merkle_root_of_hashes

@@ -21,8 +21,9 @@ blake3 only.
 """
 from __future__ import annotations
 
+import math
 import struct
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import blake3
 import numpy as np
@@ -37,7 +38,8 @@ LOG_LEAF = "roundlog.log"  # the state leaf holding the digest of the step's rou
 
 __all__ = [
     "HASH_SIZE", "LOG_LEAF", "canonical_array", "hash_tensor", "log_digest", "roundlog_named_hashes",
-    "roundlog_state_hash", "sorted_names", "state_hash", "state_leaf", "state_leaves", "state_root", "tensor_message",
+    "roundlog_state_hash", "sorted_names", "state_hash", "state_leaf", "state_leaves", "state_root", "tensor_layout",
+    "tensor_message",
 ]
 
 
@@ -59,8 +61,12 @@ def canonical_array(x: Any) -> np.ndarray:
 
 
 def _header(arr: np.ndarray) -> bytes:
-    code = arr.dtype.str.encode()
-    return _DOMAIN + struct.pack("<B", len(code)) + code + struct.pack(f"<I{arr.ndim}Q", arr.ndim, *arr.shape)
+    return _header_of(arr.dtype, arr.shape)
+
+
+def _header_of(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    code = dtype.str.encode()
+    return _DOMAIN + struct.pack("<B", len(code)) + code + struct.pack(f"<I{len(shape)}Q", len(shape), *shape)
 
 
 def hash_tensor(x: Any) -> bytes:
@@ -77,6 +83,15 @@ def tensor_message(x: Any) -> tuple[bytes, int]:
     arr = canonical_array(x)
     header = _header(arr)
     return header + arr.reshape(-1).tobytes(), len(header)
+
+
+def tensor_layout(shape: Sequence[int], dtype: Any) -> tuple[int, int, int]:
+    """(the header's length, the whole message's, bytes per element) of `tensor_message` for a tensor
+    of this shape and dtype, without its bytes: where a chunk proof finds element i (issue 18)."""
+    dt = np.dtype(dtype).newbyteorder("<")  # canonical_array's
+    shape = tuple(int(d) for d in shape)
+    header = len(_header_of(dt, shape))
+    return header, header + math.prod(shape) * dt.itemsize, dt.itemsize
 
 
 # --- named leaves and state hashes -------------------------------------------------------

@@ -267,6 +267,11 @@ def _data(t: _Table) -> DataSpec:
     return spec
 
 
+def parse_data(raw: Mapping[str, Any]) -> DataSpec:
+    """A checked DataSpec from a [data] table (a rounding-log job's file data is read by these rules too)."""
+    return _data(_Table("data", raw))
+
+
 FILE_CHUNK = 256 * 1024  # node.blobs.CHUNK_SIZE: the hash is the id the file travels under
 
 

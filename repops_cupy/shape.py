@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 
 from . import registry
 from ._backend import array_module

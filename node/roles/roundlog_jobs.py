@@ -8,12 +8,13 @@ state plus the leaf ``roundlog.log`` holding the step's rounding-log bytes (empt
 state), so after every step the project's `state_hash` of it is the trainer's own state
 hash (`repops_cupy.hashing.roundlog_state_hash`), and checkpoints are the project's files.
 
-The model's code travels in the bundle as ``model.py`` (the client ships the file its
-job names, by ``model.source`` or, failing that, the module's own file) and the class
-is loaded from that file only: the job's identity (the terms' config hash) and its
-one-entry committed program both hash the file's bytes, so a provider cannot run other
-code under these terms, and a class the bundled file does not define is refused when
-the job loads.
+The model's code travels in the bundle as ``model.py`` (`jobfiles.prepare_roundlog_bundle`;
+the client ships the file its job names, by ``model.source`` or, failing that, the module's
+own file) and the class is loaded from that file only: the job's identity (the terms' config
+hash) and its one-entry committed program both hash the file's bytes, so a provider cannot
+run other code under these terms, and a class the bundled file does not define is refused
+when the job loads. A step the model's code fails in (a model that does not fit the data) is
+a `repops_cupy.train.TrainingError` naming the step and the error, which fails the run.
 
 Disputes: the game bisects checkpoints and steps as for any job; inside a step the
 program's nodes are the state tensors before and after it, so a run whose state after a
@@ -23,11 +24,18 @@ node is wrong loses when the referee recomputes that node: the step nodes' opera
 step from the proven state before it. (`protocol.roundlog_dispute`, the game inside a
 step's rounding sites, is not used here yet.)
 
-Data: the synthetic kinds only; a ``text`` job would need its file in the bundle (not
-yet done), and is refused with that reason.
+Data: synthetic data is a function of its table and the job's seed. The client's own data
+(``text``, ``tokens``, ``npy``, ``images``: `roundlog_job.FILE_DATA`) travels and is bound as a
+graph-mode job's is: its files go in the bundle under the same names (``data.<ext>``,
+``labels.npy``, ``tokenizer.json``: `jobfiles.data_files`), the job's data root is the data
+set's content root (`repops_cupy.data.Dataset.root`, the tokenizer's bytes among its arrays),
+and the identity hashes that root and the spec without the files' paths. The referee's step
+operator names the identity, so it reruns a disputed step on the committed data: a provider
+that trains on other data (the cheat ``roundlog-other-data`` of `node.cheats`) loses.
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import threading
@@ -43,7 +51,6 @@ from protocol import NodeSpec, Program
 
 MODEL_FILE = "model.py"
 STEP_OP = "torch-roundlog-step"
-NETWORK_DATA = ("synthetic-images", "synthetic-tokens")
 STEP_SECONDS = 0.5  # an upper estimate for the windows: a small torch model's float64 step with rounding
 
 
@@ -87,7 +94,7 @@ def _register_step_op(arity: int) -> None:
 
 
 class RoundLogBundleError(ValueError):
-    """A rounding-log job file that cannot travel (no model file, data that is not bundled)."""
+    """A rounding-log job file that cannot travel: its model's module has no file to ship."""
 
 
 def is_roundlog_file(job_file: Path) -> bool:
@@ -100,27 +107,7 @@ def is_roundlog_file(job_file: Path) -> bool:
     return isinstance(raw.get("model"), dict) and raw["model"].get("kind") == MODEL_KIND
 
 
-# -- the bundle ------------------------------------------------------------------------
-
-
-def _toml_value(value: Any) -> str:
-    """A TOML value (JSON's forms of these are TOML's too)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float, str)):
-        return repr(value) if isinstance(value, (int, float)) else json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise RoundLogBundleError(f"cannot write {value!r} to TOML")
-
-
-def _toml_tables(prefix: str, table: dict, toml_value: Callable[[Any], str]) -> list[str]:
-    scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
-    lines = [f"[{prefix}]"] + [f"{json.dumps(k)} = {toml_value(v)}" for k, v in scalars.items()] + [""]
-    for key, sub in table.items():
-        if isinstance(sub, dict):
-            lines += _toml_tables(f"{prefix}.{json.dumps(key)}", sub, toml_value)
-    return lines
+# -- the model's file ------------------------------------------------------------------
 
 
 def model_source_file(raw: dict, base_dir: Path) -> Path:
@@ -139,26 +126,6 @@ def model_source_file(raw: dict, base_dir: Path) -> Path:
     return Path(found.origin)
 
 
-def prepare_roundlog_bundle(job_file: Path) -> tuple[str, dict[str, Path]]:
-    """The bundle's TOML (its model code named ``model.py``) and the local files to ship."""
-    job_file = Path(job_file)
-    raw = tomllib.loads(job_file.read_text())
-    kind = raw.get("data", {}).get("kind")
-    if kind not in NETWORK_DATA:
-        raise RoundLogBundleError(f"data.kind: a rounding-log job goes through the network with "
-                                  f"{' or '.join(NETWORK_DATA)} data, not {kind!r} (its file is not bundled yet)")
-    source = model_source_file(raw, job_file.resolve().parent)
-    if not source.is_file():
-        raise RoundLogBundleError(f"model.source: {source} is not a file")
-    raw["model"]["source"] = MODEL_FILE
-    lines: list[str] = []
-    for name, table in raw.items():
-        if not isinstance(table, dict):
-            raise RoundLogBundleError(f"{name}: a rounding-log job file has only tables at its top level")
-        lines += _toml_tables(json.dumps(name), table, _toml_value)
-    return "\n".join(lines), {MODEL_FILE: source}
-
-
 # -- the program -----------------------------------------------------------------------
 
 
@@ -172,7 +139,7 @@ class RoundLogSpec:
 
 
 class _DataRoot:
-    """The data's commitment: synthetic data is a function of its table and the job's seed."""
+    """Synthetic data's commitment: the data is a function of its table and the job's seed."""
 
     def __init__(self, table: dict, seed: int, batch_size: int) -> None:
         text = json.dumps({"data": table, "seed": seed, "batch_size": batch_size}, sort_keys=True)
@@ -202,10 +169,16 @@ class RoundLogProgram:
         self.model_factory = self.job.model_factory()  # loads the class now: a bad file is refused here
         j = self.job
         self.spec = RoundLogSpec(j.name, j.seed, j.steps, j.batch_size, j.checkpoint_interval)
-        self.dataset = _DataRoot(j.raw["data"], j.seed, j.batch_size)
-        # where the model file lies differs between the client's file and the bundle: its bytes count
+        # file data: a `repops_cupy.data.Dataset`, whose root is its content's
+        self.dataset = _DataRoot(j.raw["data"], j.seed, j.batch_size) if j.data_spec is None else j.data.dataset
+        # where the model and data files lie differs between the client's file and the bundle: their bytes count
         self._raw = {k: v for k, v in j.raw.items() if k != "_base_dir"}
         self._raw["model"] = {k: v for k, v in self._raw["model"].items() if k != "source"}
+        if j.data_spec is not None:
+            self._raw["data"] = {k: v for k, v in self._raw["data"].items() if k not in ("path", "labels")}
+            if j.data_spec.tokenizer_file:
+                self._raw["data"]["tokenizer"] = "file"  # its bytes are an array of the data set, under the data root
+        self._batches = j.data
         self._lock = threading.Lock()
         self._trainer: Any = None
         self._current: dict[str, Any] | None = None  # the state the trainer holds
@@ -248,11 +221,24 @@ class RoundLogProgram:
 
     # -- running -----------------------------------------------------------------------
 
+    def on_data(self, dataset: Any) -> RoundLogProgram:
+        """This job's program trained on another data set of the same kind (a cheater's run): its
+        own trainer, the job's identity kept, not registered for the referee's step operator."""
+        from repops_cupy.roundlog.batches import DatasetBatches
+
+        if self.job.data_spec is None:
+            raise ValueError("the job's data is synthetic: there is no data set to replace")
+        other = copy.copy(self)
+        other._batches = DatasetBatches(dataset, self.spec.batch_size, seed=self.spec.seed,
+                                        context=self.job.data_spec.context)
+        other._lock, other._trainer, other._current = threading.Lock(), None, None
+        return other
+
     def _new_trainer(self) -> Any:
         from repops_cupy.roundlog.trainer import RoundLogTrainer
 
         j = self.job
-        return RoundLogTrainer(self.model_factory, j.optimizer, j.data, j.config(), seed=j.seed)
+        return RoundLogTrainer(self.model_factory, j.optimizer, self._batches, j.config(), seed=j.seed)
 
     def initial_state(self) -> dict[str, Any]:
         """The trainer's initial state and an empty log: every state has the same tensors, so
@@ -265,10 +251,17 @@ class RoundLogProgram:
     def run_step(self, state: dict[str, Any], **_: Any) -> RoundLogOutcome:
         """The next step from ``state``; the state after it carries its rounding log."""
         from repops_cupy.hashing import LOG_LEAF
+        from repops_cupy.train import TrainingError
 
         with self._lock:
             trainer = self._trainer_at(state)
-            _, log = trainer.step(trainer.step_done + 1)
+            step = trainer.step_done + 1
+            try:
+                _, log = trainer.step(step)
+            except Exception as error:  # the client's model code may fail in any way on its data
+                self._trainer = self._current = None  # stopped inside a step: rebuilt from the next state given
+                raise TrainingError(f"rounding-log step {step}: the model {self.job.module!r} fails on the job's "
+                                    f"data: {type(error).__name__}: {error}") from error
             after = trainer.named_state()
             after[LOG_LEAF] = np.frombuffer(log, dtype=np.uint8).copy()
             self._current = after

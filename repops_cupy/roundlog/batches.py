@@ -1,9 +1,11 @@
-"""Synthetic data for the example jobs: the same batch for a step on every machine.
+"""Data for rounding-log jobs: the same batch for a step on every machine.
 
-Batch ``i`` is drawn from NumPy's PCG64 seeded by ``SeedSequence([seed, i])``: a
-pure function of (seed, step), independent of micro-batching and of what came
+Synthetic batch ``i`` is drawn from NumPy's PCG64 seeded by ``SeedSequence([seed, i])``:
+a pure function of (seed, step), independent of micro-batching and of what came
 before, so replaying any single step needs nothing but its index. Images are
 rounded to float32 values (then carried in float64, as the rounding-log mode does).
+A job's own data (`DatasetBatches`) is sampled by the project's counter RNG from
+(seed, step) with the graph-mode jobs' samplers.
 """
 from __future__ import annotations
 
@@ -55,26 +57,25 @@ class SyntheticTokens:
         return torch.from_numpy(seq[:, :-1].copy()), torch.from_numpy(seq[:, 1:].copy())
 
 
-class TextTokens:
-    """Char-level windows of a text through the project's content-addressed data sets
-    (``builtin:sonnets`` or a file path), sampled with the project's counter RNG."""
+class DatasetBatches:
+    """Batches of a project data set (`repops_cupy.data.Dataset`: a text, token array or images
+    with labels, read by `data.load_dataset` as a graph-mode job reads it), drawn by the graph-mode
+    samplers: step ``i``'s examples are `language_batch` / `classification_batch` of (seed, i),
+    the index the rounding-log text jobs always drew (a graph-mode job's step ``i`` draws
+    ``i - 1``). Image and feature values are float32 in the data set, carried in float64 here."""
 
-    def __init__(self, batch_size: int, path: str = "builtin:sonnets", context: int = 64, seed: int = 0,
-                 base_dir: str = "."):
-        from pathlib import Path  # noqa: PLC0415
-
+    def __init__(self, dataset, batch_size: int, seed: int = 0, context: int = 0):
         from .. import data as project_data  # noqa: PLC0415
 
         self._data = project_data
-        if path.startswith("builtin:"):
-            text = project_data.builtin_text(path.removeprefix("builtin:"))
-        else:
-            full = Path(path).expanduser()
-            text = (full if full.is_absolute() else Path(base_dir) / full).read_text(encoding="utf-8")
-        self.dataset = project_data.text_dataset(text)
-        self.batch_size, self.context, self.seed = batch_size, context, seed
-        self.vocab = self.dataset.vocab_size
+        self.dataset, self.batch_size, self.seed, self.context = dataset, batch_size, seed, context
+        self.vocab = dataset.vocab_size if dataset.is_language else None
+        self.num_classes = None if dataset.is_language else dataset.n_classes
+        self.batch(1)  # data too small for a batch is refused when the job loads, not in the middle of a run
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        b = self._data.language_batch(self.dataset, self.seed, step, self.batch_size, self.context)
-        return torch.from_numpy(b["x"]), torch.from_numpy(b["y"])
+        if self.dataset.is_language:
+            b = self._data.language_batch(self.dataset, self.seed, step, self.batch_size, self.context)
+            return torch.from_numpy(b["x"]), torch.from_numpy(b["y"])
+        b = self._data.classification_batch(self.dataset, self.seed, step, self.batch_size)
+        return torch.from_numpy(b["x"]).double(), torch.from_numpy(b["y"])

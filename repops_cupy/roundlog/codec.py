@@ -77,12 +77,27 @@ def decode_varints(buf: memoryview | bytes, offset: int, count: int) -> tuple[np
 
 
 def _write_varint(out: io.BytesIO, n: int) -> None:
-    out.write(encode_varints(np.array([n], dtype=np.uint64)))
+    """One varint, as :func:`encode_varints` writes it (without NumPy: a header field)."""
+    if not 0 <= n < 1 << 64:
+        raise ValueError(f"varint out of range: {n}")
+    while n >= 0x80:
+        out.write(bytes(((n & 0x7F) | 0x80,)))
+        n >>= 7
+    out.write(bytes((n,)))
 
 
 def _read_varint(buf: bytes, offset: int) -> tuple[int, int]:
-    vals, offset = decode_varints(buf, offset, 1)
-    return int(vals[0]), offset
+    """One varint, as :func:`decode_varints` reads it (without scanning the rest of the buffer)."""
+    n = shift = 0
+    for length in range(10):
+        if offset + length >= len(buf):
+            raise LogFormatError("truncated varint sequence")
+        byte = buf[offset + length]
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return n & 0xFFFFFFFFFFFFFFFF, offset + length + 1
+    raise LogFormatError("varint too long")
 
 
 # ---------------------------------------------------------------- Rice coding
@@ -105,7 +120,16 @@ def rice_bits(gaps: np.ndarray, k: int) -> int:
 
 
 def best_rice_k(gaps: np.ndarray) -> int:
-    return min(range(0, 40), key=lambda k: rice_bits(gaps, k))
+    """The first k in [0, 40) with the fewest Rice bits. rice_bits is convex in k (its step from k
+    to k + 1 is gaps.size - sum(ceil((g >> k) / 2)), which grows with k), so the first k whose
+    successor is no better is that minimum."""
+    bits = rice_bits(gaps, 0)
+    for k in range(39):
+        following = rice_bits(gaps, k + 1)
+        if following >= bits:
+            return k
+        bits = following
+    return 39
 
 
 def encode_rice(gaps: np.ndarray, k: int) -> bytes:

@@ -195,11 +195,8 @@ class RoundingEngine:
         """The site's info and the canonical position of this tensor's first element."""
         n = t.numel()
         if not self._in_pass:
-            base = self.pass_total + self._step_cursor
-            self._step_cursor += n
-            info = SiteInfo(key, STEP, base, n, max(n, 1))
-            self.step_sites.append(info)
-            return info, base
+            info = self._step_layout(key, n)
+            return info, info.base
         i = self._site_counter
         self._site_counter += 1
         b, o, batch = self._mb, self._offset, self.batch_size
@@ -233,6 +230,31 @@ class RoundingEngine:
                 raise RoundLogError(f"site {i} differs between micro-batches: {info} vs {key} {kind} {canonical}")
         return info, info.base + start
 
+    def _step_layout(self, key: str, n: int) -> SiteInfo:
+        info = SiteInfo(key, STEP, self.pass_total + self._step_cursor, n, max(n, 1))
+        self._step_cursor += n
+        self.step_sites.append(info)
+        return info
+
+    def compiled_exact_sites(self):
+        """Where a compiled kernel may round a run of exact step sites itself (the rounded
+        optimizers' update): a function ``(key, numel, count)`` that lays out and counts ``count``
+        such sites of ``numel`` values each, as ``count`` calls of :meth:`site` with ``exact``
+        would. None where every site's values must pass through :meth:`site`: without the
+        compiled kernels, with site digests, in calibration."""
+        if not self._kernel or self.record_site_digests or self.mode not in ("train", "replay"):
+            return None
+        return self._exact_sites
+
+    def _exact_sites(self, key: str, numel: int, count: int) -> None:
+        st = self.stats.get(key)
+        if st is None:
+            st = self.stats[key] = SiteStats()
+        for _ in range(count):
+            self._step_layout(key, numel)
+        st.rounded += numel * count
+        st.exact = True
+
     # ------------------------------------------------------------ the site
 
     def site(self, key: str, v: torch.Tensor, batch_dependent: bool = False, exact: bool = False) -> torch.Tensor:
@@ -240,26 +262,28 @@ class RoundingEngine:
         if v.dtype != F64:
             return v
         info, start = self._layout(key, v, batch_dependent)
-        flat = v.detach().reshape(-1)
         st = self.stats.get(key)
         if st is None:
             st = self.stats[key] = SiteStats()
-        st.rounded += flat.numel()
+        st.rounded += v.numel()
         st.exact = exact
         if self.mode in ("calib_record", "calib_force"):
-            r = self._calibrate(info, start, flat, st)
+            r = self._calibrate(info, start, v.detach().reshape(-1), st)
             return r.to(F64).reshape(v.shape)
         beta = 0.0 if exact else self._beta(key)
         repeat_of_shared = info.kind == SHARED and self.pass_index > 0 and self._in_pass
+        if self._kernel:  # NumPy in and out: torch's reshapes and views cost more than the small sites' rounding
+            a = np.ascontiguousarray(v.detach().numpy()).reshape(-1)
+            r64 = site_kernel.round_plain_np(a) if beta == 0.0 else \
+                self._compiled_site(info, start, a, st, beta * UNIT_ROUNDOFF_F64, repeat_of_shared)
+            if self.record_site_digests:
+                self._keep_for_digest(info, start, torch.from_numpy(r64))
+            return torch.from_numpy(r64.reshape(v.shape))
+        flat = v.detach().reshape(-1)
         if beta == 0.0:
-            r = site_kernel.round_plain(flat) if self._kernel else flat.to(F32)
+            r = flat.to(F32)
             self._keep_for_digest(info, start, r)
-            return (r if r.dtype == F64 else r.to(F64)).reshape(v.shape)
-        if self._kernel:
-            r = self._compiled_site(info, start, flat.contiguous().numpy(), st, beta * UNIT_ROUNDOFF_F64,
-                                    repeat_of_shared)
-            self._keep_for_digest(info, start, r)
-            return r.reshape(v.shape)
+            return r.to(F64).reshape(v.shape)
         v2, d2 = self._bound(flat, info.chunk_numel, beta)
         if self.mode == "train":
             r, dec = rounding.decide(v2, d2)
@@ -284,9 +308,9 @@ class RoundingEngine:
         return (r if r.dtype == F64 else r.to(F64)).reshape(v.shape)
 
     def _compiled_site(self, info: SiteInfo, start: int, v: np.ndarray, st: SiteStats, beta_u: float,
-                       repeat_of_shared: bool) -> torch.Tensor:
+                       repeat_of_shared: bool) -> np.ndarray:
         """The site through :mod:`.site_kernel` (NumPy throughout): train decides and records the
-        entries, replay applies the log's; the rounded values as a flat float64 tensor."""
+        entries, replay applies the log's; the rounded values as a flat float64 array."""
         if self.mode == "train":
             r64, bit_pos, bit_up, value_pos, value = site_kernel.decide_np(v, info.chunk_numel, beta_u)
             if not repeat_of_shared:
@@ -296,14 +320,14 @@ class RoundingEngine:
                     self._values.append((value_pos + start, value))
                 st.entries += bit_pos.size + value_pos.size
                 st.value_entries += value_pos.size
-            return torch.from_numpy(r64)
+            return r64
         entries = self._entries_np(start, v.size)
         r64, rep = site_kernel.apply_np(v, info.chunk_numel, beta_u, *entries)
         st.corrections += rep.corrections
         st.implausible += rep.implausible
         st.breaches += rep.breaches
         st.entries += entries[0].size + entries[2].size
-        return torch.from_numpy(r64)
+        return r64
 
     def _beta(self, key: str) -> float:
         beta = self._betas.get(key)

@@ -22,7 +22,8 @@ torch's global generator are refused, naming the module; dropout draws its mask
 from the job's counter-based RNG (:mod:`.dropout`).
 
 ``backend="numpy"`` routes the matrix products (linear, matmul, conv2d, attention)
-through :mod:`.npbackend` inside the same sites.
+through :mod:`.npbackend` inside the same sites. GELU of a batch-dependent tensor is the
+project's own operator on every backend (:mod:`.own_ops`).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import npbackend
+from . import npbackend, own_ops
 from .engine import RoundingEngine, RoundLogError
 from .rounding import F64
 from .thresholds import EXACT_OPS
@@ -106,6 +107,19 @@ def _round_fan_in(engine: RoundingEngine, t: torch.Tensor) -> None:
     same bits everywhere, so an exact site. Single-use outputs need nothing, so the hook
     is registered only at the second use (:func:`_count_uses`)."""
     setattr(t, USES_ATTR, [0, engine])
+
+
+_ENGINE = getattr(torch.autograd.Variable, "_execution_engine", None)
+
+
+def _local_grads(outs: list, ins: list, gouts: list) -> tuple:
+    """``torch.autograd.grad(outs, ins, gouts, allow_unused=True)``: the same engine call without
+    grad's checks of the gradients' shapes and types, which cost about a tenth of a small op here
+    (these gradients are autograd's own, for these outputs). torch.autograd.grad where torch
+    has no such engine object."""
+    if _ENGINE is None:
+        return torch.autograd.grad(outs, ins, gouts, allow_unused=True)
+    return _ENGINE.run_backward(tuple(outs), tuple(gouts), False, False, tuple(ins), True, False)
 
 
 def _mark_outputs(out: Any) -> Any:
@@ -188,7 +202,7 @@ class _RoundedOp(torch.autograd.Function):
         need = [i for i, t in enumerate(ctx.local_in) if t.requires_grad]
         result: list = [None] * len(ctx.local_in)
         if outs and need:
-            gs = torch.autograd.grad(outs, [ctx.local_in[i] for i in need], gouts, allow_unused=True)
+            gs = _local_grads(outs, [ctx.local_in[i] for i in need], gouts)
             single_shape = ctx.out_shapes[0] if len(ctx.out_shapes) == 1 else None
             for i, g in zip(need, gs):
                 if g is None:
@@ -241,6 +255,8 @@ class RoundingMode(TorchFunctionMode):
         if name == "batch_norm" and (args[5] if len(args) > 5 else kwargs.get("training", False)) \
                 and (args[1] if len(args) > 1 else kwargs.get("running_mean")) is not None:
             raise RoundLogError("F.batch_norm updates running statistics in place; use models.GhostBatchNorm2d")
+        if name == "gelu" and args and is_batch(args[0]) and args[0].dtype == F64:
+            return self._run(_OpCall(self, own_ops.gelu, own_ops.OWN_GELU, args, kwargs))  # see own_ops
         return self._run(_OpCall(self, func, name, args, kwargs))
 
     def _dropout(self, args, kwargs):
@@ -262,6 +278,7 @@ class RoundingMode(TorchFunctionMode):
         if needs_grad:
             outs = _RoundedOp.apply(call, *tensors)
             flat = list(call.out_template)
+            call.out_template = None  # it holds the outputs, whose backward node holds call: a cycle the GC cannot see
             for pos, o in zip(call.tensor_out_positions, outs):
                 flat[pos] = o
             result = tree_unflatten(flat, call.out_spec)

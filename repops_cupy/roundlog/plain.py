@@ -21,8 +21,8 @@ from .npbackend import NumpyProducts
 
 class PlainRun:
     """Ordinary torch training of the same model and data (torch.optim, mean loss, gradient
-    accumulation over micro-batches); ``step(i)`` returns its time and a hash of the
-    parameters cast to float32."""
+    accumulation over micro-batches); ``step(i)`` returns its time (drawing the batch included,
+    as in a rounding-log step) and a hash of the parameters cast to float32."""
 
     def __init__(self, job: Job, dtype: torch.dtype, threads: int | None = 1, backend: str = "torch",
                  micro_batch: int | None = None):
@@ -38,13 +38,13 @@ class PlainRun:
                                          weight_decay=o["weight_decay"])
 
     def step(self, i: int) -> tuple[float, bytes]:
-        x, y = self.job.data.batch(i)
-        x = x.to(self.dtype) if x.is_floating_point() else x
-        mb = self.micro_batch or x.shape[0]
         old_threads = torch.get_num_threads()
         torch.set_num_threads(self.threads or old_threads)
         try:
-            t = time.perf_counter()
+            t = time.perf_counter()  # from the batch on, as a rounding-log step is timed
+            x, y = self.job.data.batch(i)
+            x = x.to(self.dtype) if x.is_floating_point() else x
+            mb = self.micro_batch or x.shape[0]
             self.opt.zero_grad()
             for s in range(0, x.shape[0], mb):
                 with NumpyProducts() if self.backend == "numpy" else contextlib.nullcontext():

@@ -16,6 +16,14 @@ sites are exact and come last in the step's stream, so only their total length c
 ``clip_grad_norm`` (both optimizers) scales the gradients as
 ``torch.nn.utils.clip_grad_norm_`` does, with a norm whose bits cannot vary: see
 :meth:`Optimizer.clip_gradients`.
+
+The op-by-op code is the specification. Where the engine allows it (its
+``compiled_exact_sites``: the compiled kernels on, no site digests, no calibration), a
+group's update runs instead as one loop compiled by numba without fastmath
+(``_sgd_update``, ``_adamw_update``): per element the same IEEE operations on the same
+operands in the same order, each result rounded to float32 where the specification
+rounds it, so the same bits; the engine then counts the same exact sites. One pass over
+the group instead of a dozen torch ops and as many rounding sites, each a pass of its own.
 """
 from __future__ import annotations
 
@@ -25,7 +33,44 @@ from typing import Callable, Mapping
 import numpy as np
 import torch
 
+from ..cpu_kernels.compiler import AVAILABLE
+
 RoundSite = Callable[[str, torch.Tensor, bool], torch.Tensor]
+ExactSites = Callable[[str, int, int], None]  # (key, values per site, sites): the engine's compiled_exact_sites()
+
+if AVAILABLE:
+    from ..cpu_kernels.compiler import function, scalar
+
+    @scalar
+    def _r(x):  # pragma: no cover - compiled
+        return np.float64(np.float32(x))
+
+    @function
+    def _sgd_update(p, g, buf, decay, wd, mu, lr, p_out, buf_out):  # pragma: no cover - compiled
+        """SGDMomentum.step's operations per element (4 rounding sites, 6 with weight decay)."""
+        for i in range(p.size):
+            x, gi = p[i], g[i]
+            if decay:
+                gi = _r(gi + _r(x * wd))
+            b = _r(_r(buf[i] * mu) + gi)
+            p_out[i], buf_out[i] = _r(x - _r(b * lr)), b
+
+    @function
+    def _adamw_update(p, g, m, v, decay, lrwd, b1, omb1, b2, omb2, bc1, bc2, eps, lr,
+                      p_out, m_out, v_out):  # pragma: no cover - compiled
+        """AdamW.step's operations per element (14 rounding sites, 16 with weight decay)."""
+        for i in range(p.size):
+            x, gi = p[i], g[i]
+            if decay:
+                x = _r(x - _r(x * lrwd))
+            mi = _r(_r(m[i] * b1) + _r(gi * omb1))
+            vi = _r(_r(v[i] * b2) + _r(_r(gi * gi) * omb2))
+            denom = _r(_r(np.sqrt(_r(vi / bc2))) + eps)
+            p_out[i], m_out[i], v_out[i] = _r(x - _r(_r(_r(mi / bc1) / denom) * lr)), mi, vi
+
+
+def _flat(t: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(t.detach().numpy())
 
 
 def _f32(x: float) -> float:
@@ -125,12 +170,19 @@ class SGDMomentum(Optimizer):
 
     slots = ("momentum",)
 
-    def step(self, rnd: RoundSite) -> None:
+    def step(self, rnd: RoundSite, compiled: ExactSites | None = None) -> None:
         lr, mu, wd = self.hyper["lr"], self.hyper.get("momentum", 0.9), self.hyper.get("weight_decay", 0.0)
         self.steps += 1
         with torch.no_grad():
             self.clip_gradients(rnd)
             for decays, names in self.groups():
+                if compiled is not None:
+                    p, g, buf = (_flat(self.gather(names, slot)) for slot in (None, "grad", "momentum"))
+                    p_out, buf_out = np.empty_like(p), np.empty_like(p)
+                    _sgd_update(p, g, buf, bool(wd and decays), wd, mu, lr, p_out, buf_out)
+                    compiled("optim:sgd", p.size, 6 if wd and decays else 4)
+                    self.scatter(names, torch.from_numpy(p_out), momentum=torch.from_numpy(buf_out))
+                    continue
                 p, g, buf = self.gather(names), self.gather(names, "grad"), self.gather(names, "momentum")
                 if wd and decays:
                     g = rnd("optim:sgd", g + rnd("optim:sgd", p * wd, True), True)
@@ -144,7 +196,7 @@ class AdamW(Optimizer):
 
     slots = ("exp_avg", "exp_avg_sq")
 
-    def step(self, rnd: RoundSite) -> None:
+    def step(self, rnd: RoundSite, compiled: ExactSites | None = None) -> None:
         h = self.hyper
         lr, (b1, b2), eps, wd = h["lr"], h.get("betas", (0.9, 0.999)), h.get("eps", 1e-8), h.get("weight_decay", 0.01)
         self.steps += 1
@@ -152,6 +204,15 @@ class AdamW(Optimizer):
         with torch.no_grad():
             self.clip_gradients(rnd)
             for decays, names in self.groups():
+                if compiled is not None:
+                    p, g, m, v = (_flat(self.gather(names, slot)) for slot in (None, "grad", "exp_avg", "exp_avg_sq"))
+                    outs = [np.empty_like(p) for _ in range(3)]
+                    _adamw_update(p, g, m, v, bool(wd and decays), lr * wd, b1, 1.0 - b1, b2, 1.0 - b2, bc1, bc2,
+                                  eps, lr, *outs)
+                    compiled("optim:adamw", p.size, 16 if wd and decays else 14)
+                    p_out, m_out, v_out = (torch.from_numpy(o) for o in outs)
+                    self.scatter(names, p_out, exp_avg=m_out, exp_avg_sq=v_out)
+                    continue
                 p, g = self.gather(names), self.gather(names, "grad")
                 if wd and decays:
                     p = rnd("optim:adamw", p - rnd("optim:adamw", p * (lr * wd), True), True)

@@ -7,7 +7,10 @@ Spec (the tables of the project's job files; ``[model] kind = "torch-roundlog"``
                  (the class is then loaded from that file, not imported: a job bundle
                  carries the model's code this way)
     [model.args] constructor keyword arguments
-    [data]       kind = "synthetic-images" | "synthetic-tokens" | "text", and its fields
+    [data]       kind = "synthetic-images" | "synthetic-tokens", and its fields; or the client's own data,
+                 with a graph-mode job's fields (`repops_cupy.jobspec`): "text" (char, BPE or a
+                 tokenizer.json), "tokens" (a raw token file), "npy" (1-D tokens, or features and
+                 labels), "images" ((N, C, H, W) uint8 or float32 .npy and labels, optional mean, std)
     [optimizer]  kind = "sgd" | "adamw", lr, momentum | beta1, beta2, eps, weight_decay,
                  optional clip_grad_norm (max global gradient norm, as torch's clip_grad_norm_)
     [roundlog]   optional: thresholds = { key = beta, ... } overriding the measured table
@@ -32,7 +35,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .batches import SyntheticImages, SyntheticTokens, TextTokens
+from .batches import DatasetBatches, SyntheticImages, SyntheticTokens
 from .state import write_trace
 from .thresholds import Thresholds
 from .trainer import Auditor, RoundLogTrainer, RunConfig
@@ -42,6 +45,8 @@ from .trainer import Auditor, RoundLogTrainer, RunConfig
 _BUILD_LOCK = threading.Lock()
 
 MODEL_KIND = "torch-roundlog"
+# data kinds read from the client's files by the graph-mode jobs' rules (`repops_cupy.jobspec`)
+FILE_DATA = ("text", "tokens", "npy", "images")
 
 
 class RoundLogJobError(ValueError):
@@ -86,6 +91,7 @@ class Job:
             raise RoundLogJobError(f"model.source: must be a file name, got {source!r}")
         self.source = Path(raw.get("_base_dir", ".")) / source if source else None
         self.model_args = dict(model.get("args", {}))
+        self.data_spec = None  # the DataSpec of file data (None: synthetic data)
         self.data = self._data(dict(data), raw.get("_base_dir", "."))
         if "vocab" in self.model_args and getattr(self.data, "vocab", None) not in (None, self.model_args["vocab"]):
             raise RoundLogJobError(f"model.args.vocab: {self.model_args['vocab']} but the data has {self.data.vocab} tokens")
@@ -94,14 +100,37 @@ class Job:
         self.thresholds = Thresholds.measured(overrides)
 
     def _data(self, d: dict, base_dir: str):
-        kind = d.pop("kind", None)
+        kind = d.get("kind")
+        if kind in FILE_DATA:
+            return self._file_data(d, base_dir)
+        d.pop("kind", None)
         if kind == "synthetic-images":
             return SyntheticImages(self.batch_size, seed=self.seed, **d)
         if kind == "synthetic-tokens":
             return SyntheticTokens(self.batch_size, seed=self.seed, **d)
-        if kind == "text":
-            return TextTokens(self.batch_size, seed=self.seed, base_dir=base_dir, **d)
-        raise RoundLogJobError(f"data.kind: must be 'synthetic-images', 'synthetic-tokens' or 'text', got {kind!r}")
+        kinds = ", ".join(repr(k) for k in ("synthetic-images", "synthetic-tokens", *FILE_DATA))
+        raise RoundLogJobError(f"data.kind: must be one of {kinds}, got {kind!r}")
+
+    def _file_data(self, d: dict, base_dir: str) -> DatasetBatches:
+        """The client's own data, read by the graph-mode jobs' rules (`jobspec.parse_data`,
+        `data.load_dataset`): the same fields, files and content root."""
+        from ..data import DataError, load_dataset
+        from ..jobspec import JobSpecError, parse_data
+
+        try:
+            self.data_spec = parse_data(d)
+            dataset = load_dataset(self.data_spec, self.seed, base_dir)
+            batches = DatasetBatches(dataset, self.batch_size, seed=self.seed, context=self.data_spec.context)
+        except JobSpecError as exc:
+            raise RoundLogJobError(str(exc)) from None
+        except DataError as exc:
+            message = str(exc)
+            raise RoundLogJobError(message if message.startswith("data.") else f"data: {message}") from None
+        classes = self.model_args.get("num_classes")
+        if batches.num_classes is not None and isinstance(classes, int) and batches.num_classes > classes:
+            raise RoundLogJobError(f"model.args.num_classes: {classes} but the labels reach class "
+                                   f"{batches.num_classes - 1}")
+        return batches
 
     @staticmethod
     def _optimizer(o: dict) -> dict:

@@ -42,6 +42,7 @@ EXACT_OPS = frozenset({
     "zeros_like", "ones_like", "full_like", "ones", "zeros", "full", "arange", "tril", "triu",
     "float", "double", "to", "type_as", "expand_as_copy",
     "dropout",  # x * (0 or float32(1/(1-p))): a float32 product, exact in float64
+    "own_gelu",  # the project's GELU and its gradient: one fixed float64 sequence (own_ops)
 })
 
 MIN_BETA = 8.0  # the bound must exceed float64 resolution: D >= 4 u |v| needs beta >= 4

@@ -22,6 +22,7 @@ Models with ``inplace=True`` layers are refused when the run is built.
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -52,15 +53,23 @@ class RunConfig:
 
 @contextlib.contextmanager
 def _threads(n: int | None):
+    """torch's intra-op threads and numba's (the project's operators, :mod:`.own_ops`; numba's
+    setting is per thread) at ``n`` during a step."""
     if n is None:
         yield
         return
     old = torch.get_num_threads()
     torch.set_num_threads(n)
+    numba = sys.modules.get("numba")  # imported by the compiled kernels where it is installed
+    old_numba = numba.get_num_threads() if numba is not None else None
+    if numba is not None:
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     try:
         yield
     finally:
         torch.set_num_threads(old)
+        if numba is not None:
+            numba.set_num_threads(old_numba)
 
 
 def row_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -175,7 +184,7 @@ class _Run:
                 for m in self.model.modules():
                     if hasattr(m, "step_end"):
                         m.step_end(rnd)
-                self.optimizer.step(rnd)
+                self.optimizer.step(rnd, eng.compiled_exact_sites())
             for p in self.params.values():
                 p.grad = None
             result = eng.end_step()

@@ -1,4 +1,4 @@
-"""A model class the tests define (it ships with no gavel package): a rounding-log job names it."""
+"""Model classes the tests define (they ship with no gavel package): rounding-log jobs name them."""
 from __future__ import annotations
 
 import torch.nn as nn
@@ -14,3 +14,14 @@ class TinyTanhNet(nn.Module):
 
     def forward(self, x):
         return self.body(x)
+
+
+class TinyTokenNet(nn.Module):
+    """A language model of the next token from the current one: an embedding, tanh, a linear head."""
+
+    def __init__(self, vocab: int, d: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Embedding(vocab, d), nn.Tanh(), nn.Linear(d, vocab))
+
+    def forward(self, idx):
+        return self.body(idx)

@@ -1,11 +1,15 @@
 """Rounding-log jobs through the network: a torch model class these tests define (in
 `roundlog_test_model`, shipped with no gavel package) goes client -> provider -> auditor, its
-code travelling in the job's bundle and bound into the terms; a provider that perturbs a weight
-is caught. Real libp2p hosts, the embedded EVM."""
+code and the client's own data files travelling in the job's bundle and bound into the terms; a
+provider that perturbs a weight, or trains on other data, is caught. Real libp2p hosts, the
+embedded EVM."""
 from __future__ import annotations
 
+import threading
+import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import trio
 
@@ -18,8 +22,12 @@ from protocol import DisputeRules, Identity
 from repops_cupy.roundlog.roundlog_job import train_job
 
 from .conftest import trio_test
+from .test_byo_images_network import IMAGE_JOB, write_image_job
+from .test_byo_network import TEXT
 from .test_roles_inprocess import context_key
-from .test_roles_support import advance_embedded_chain, audits_of, submitted_with_a_cheater, wait_for, write_job
+from .test_roles_support import (
+    advance_embedded_chain, audits_of, in_a_thread, submitted_with_a_cheater, wait_for, write_job,
+)
 
 MODEL_SOURCE = Path(__file__).with_name("roundlog_test_model.py")
 
@@ -110,6 +118,126 @@ def test_a_module_with_no_file_to_ship_is_refused(tmp_path):
         bundle_of_file(write_job(tmp_path, text, "rl.toml"))
 
 
+# -- the client's own data ---------------------------------------------------------------
+
+# the graph-mode images job's own [data] table: a rounding-log job reads it by the same rules
+IMAGES_DATA = "[data]\n" + IMAGE_JOB.split("[data]\n")[1].split("\n[")[0]
+TEXT_DATA = """\
+[data]
+kind = "text"
+path = "my-text.txt"
+context = 8
+tokenizer = "my-tokenizer.json"
+vocab_size = 300
+"""
+
+
+def _with_data(data: str, model: str) -> str:
+    """ROUNDLOG_JOB with another [data] table and [model.args]."""
+    head, _, rest = ROUNDLOG_JOB.partition("[model.args]\n")
+    return head + "[model.args]\n" + model + "\n" + data + "\n[optimizer]\n" + rest.partition("[optimizer]\n")[2]
+
+
+def images_job(directory: Path) -> Path:
+    """A rounding-log job on the client's (24, 2, 8, 8) uint8 images and 3 classes of labels
+    (the graph-mode images test's files)."""
+    write_image_job(directory)
+    return write_job(directory, _with_data(IMAGES_DATA, "in_features = 128\nhidden = 16\nnum_classes = 3\n"), "rl.toml")
+
+
+def text_job(directory: Path) -> Path:
+    """A rounding-log language model on the client's text and its BPE tokenizer file."""
+    from repops_cupy.tokenizer import train_bpe
+
+    (directory / "my-text.txt").write_text(TEXT, encoding="utf-8")
+    (directory / "my-tokenizer.json").write_bytes(train_bpe(TEXT, 300))
+    model = 'vocab = 300\nd = 8\n'
+    return write_job(directory, _with_data(TEXT_DATA, model).replace("TinyTanhNet", "TinyTokenNet"), "rl.toml")
+
+
+def _flip_a_label(directory: Path) -> None:
+    labels = np.load(directory / "my-labels.npy")
+    labels[0] = (labels[0] + 1) % 3
+    np.save(directory / "my-labels.npy", labels)
+
+
+def _another_tokenizer(directory: Path) -> None:
+    from repops_cupy.tokenizer import train_bpe
+
+    (directory / "my-tokenizer.json").write_bytes(train_bpe(TEXT + " Rough winds do shake the buds of May.", 300))
+
+
+@pytest.mark.parametrize("job, names, change", [
+    (images_job, {"data.npy": "my-images.npy", "labels.npy": "my-labels.npy"}, _flip_a_label),
+    (text_job, {"data.txt": "my-text.txt", "tokenizer.json": "my-tokenizer.json"}, _another_tokenizer),
+])
+def test_the_bundle_carries_the_client_data_and_the_identity_binds_its_content(tmp_path, job, names, change):
+    from node.training_oracle import job_terms
+    from repops_cupy.checkpoint import state_hash
+
+    client = tmp_path / "client"
+    client.mkdir()
+    job_file = job(client)
+    toml_text, files = bundle_of_file(job_file)
+    assert sorted(files) == sorted([MODEL_FILE, *names])
+    bundled = tomllib.loads(toml_text)["data"]
+    assert {bundled.get("path"), bundled.get("labels", bundled.get("tokenizer"))} == set(names)
+    installed = install_job(tmp_path / "provider", toml_text, files)
+    for name, mine in names.items():
+        assert (installed.parent / name).read_bytes() == (client / mine).read_bytes()
+    mine, theirs = load_training(job_file), load_training(installed)
+    assert theirs.identity() == mine.identity() and theirs.dataset.root() == mine.dataset.root()
+    state = mine.initial_state()
+    assert state_hash(theirs.run_step(state).state) == state_hash(mine.run_step(state).state)
+
+    change(client)  # one label, or the tokenizer: another data set, another job
+    other = load_training(job_file)
+    assert other.dataset.root() != mine.dataset.root() and other.identity() != mine.identity()
+    signed = job_terms(mine, Identity.generate(), rules=DisputeRules(move_timeout_ms=30_000, clock_ms=120_000))
+    with pytest.raises(BundleError, match="config_hash"):
+        check_terms(signed, other)
+
+
+def test_a_missing_or_damaged_data_file_is_refused_by_name(tmp_path):
+    job_file = images_job(tmp_path)
+    toml_text, files = bundle_of_file(job_file)
+    # a bundle without its labels, or with a truncated image file: the provider refuses the job by name
+    without = install_job(tmp_path / "no-labels", toml_text, {n: p for n, p in files.items() if n != "labels.npy"})
+    with pytest.raises(BundleError, match=r"does not load: data\.labels: no such file"):
+        load_training(without)
+    (tmp_path / "cut.npy").write_bytes(files["data.npy"].read_bytes()[:200])
+    damaged = install_job(tmp_path / "damaged", toml_text, {**files, "data.npy": tmp_path / "cut.npy"})
+    with pytest.raises(BundleError, match=r"does not load: data\.path: data\.npy is not a readable \.npy file"):
+        load_training(damaged)
+    # the client's own file gone: the job cannot be bundled
+    (tmp_path / "my-labels.npy").unlink()
+    with pytest.raises(BundleError, match=r"data\.labels: .*my-labels\.npy is not a file \(to ship as labels\.npy\)"):
+        bundle_of_file(job_file)
+
+
+def test_a_model_that_does_not_fit_the_data_fails_the_run_by_name(tmp_path):
+    from node.roles.runner import JobRun, RunFailed
+
+    job_file = images_job(tmp_path)
+    job_file.write_text(job_file.read_text().replace("in_features = 128", "in_features = 48"))
+    run = JobRun(load_training(job_file), None, tmp_path / "run", job_id=bytes(32))
+    with pytest.raises(RunFailed, match=r"rounding-log step 1: the model .*TinyTanhNet' fails on the job's data: "
+                                        r"RuntimeError: mat1 and mat2 shapes cannot be multiplied"):
+        in_a_thread(lambda: run.train_sync(threading.Event()))
+
+
+def test_other_data_is_a_cheat_only_where_the_client_brought_data(tmp_path):
+    import random
+
+    from node.cheats import ROUNDLOG_STRATEGIES
+    from node.training_oracle import CheatContext, StageTimer, TrainingOracle
+
+    training = load_training(write_job(tmp_path, ROUNDLOG_JOB, "rl.toml"))
+    context = CheatContext(training, TrainingOracle(training), random.Random(0), StageTimer())
+    with pytest.raises(RuntimeError, match="synthetic: there is no client data to replace"):
+        ROUNDLOG_STRATEGIES["roundlog-other-data"](context)
+
+
 def _audit_states(auditor, job_id) -> dict:
     """Provider key -> audit state, whatever the job's row state (it moves on once a dispute runs)."""
     row = auditor.storage.get_job(job_id)
@@ -118,22 +246,28 @@ def _audit_states(auditor, job_id) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cheat", ["roundlog-perturb-weight", "roundlog-wrong-step"])
+@pytest.mark.parametrize("cheat", ["roundlog-perturb-weight", "roundlog-wrong-step", "roundlog-other-data"])
 @trio_test(timeout=480)
-async def test_roundlog_job_audited_over_the_network_and_a_perturbed_weight_caught(tmp_path, cheat):
+async def test_roundlog_job_audited_over_the_network_and_a_cheater_caught(tmp_path, cheat):
     """perturb-weight: the cheater's step nodes are the job's, its state after the step is not (it
     loses at the state outputs); wrong-step: its step node claims the flipped weight (it loses when
-    the referee reruns the step)."""
-    job_file = write_job(tmp_path, ROUNDLOG_JOB, "rl.toml")
+    the referee reruns the step); other-data (on the client's images): its step node claims a step
+    on other labels, and the referee reruns it on the job's data."""
+    client_files = {"data.npy": "my-images.npy", "labels.npy": "my-labels.npy"} if cheat == "roundlog-other-data" else {}
+    job_file = images_job(tmp_path) if client_files else write_job(tmp_path, ROUNDLOG_JOB, "rl.toml")
     async with trio.open_nursery() as nursery:
         client_role, honest, cheater, auditor, job_id, cj = await submitted_with_a_cheater(
             nursery, tmp_path, job_file, cheat)
 
-        # the model's code reached the providers in the bundle, and they train from it
+        # the model's code and the client's data reached the providers in the bundle, and they train from them
         for name in ("honest", "cheater"):
-            assert (tmp_path / name / "jobs" / job_id.hex() / MODEL_FILE).read_bytes() == MODEL_SOURCE.read_bytes()
+            directory = tmp_path / name / "jobs" / job_id.hex()
+            assert (directory / MODEL_FILE).read_bytes() == MODEL_SOURCE.read_bytes()
+            for bundled, mine in client_files.items():
+                assert (directory / bundled).read_bytes() == (tmp_path / mine).read_bytes()
         training, _ = context_of(honest).trainings[job_id]
         assert isinstance(training, RoundLogProgram)
+        assert training.dataset.root() == cj.training.dataset.root()
 
         await wait_for(lambda: audits_of(auditor, job_id) is not None, timeout=240)  # trained, committed, audited
         honest_key, cheater_key = context_key(honest), context_key(cheater)

@@ -1,10 +1,13 @@
 """The step log's byte format: round trips, the choice of position encoding, corrupt input."""
+import io
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from repops_cupy.roundlog.codec import (METHOD_BITMAP, METHOD_RICE, METHOD_VARINT, LogFormatError, StepLog,
-                                        decode_varints, encode_positions, encode_varints)
+                                        _read_varint, _write_varint, best_rice_k, decode_varints, encode_positions,
+                                        encode_varints, rice_bits)
 
 
 @given(st.lists(st.integers(0, 2**64 - 1), max_size=50))
@@ -14,6 +17,21 @@ def test_varints_round_trip(values):
     back, end = decode_varints(buf, 0, len(values))
     assert end == len(buf)
     assert back.tolist() == values
+
+
+@given(st.integers(0, 2**64 - 1))
+def test_one_varint_is_written_and_read_as_the_array_code_does(n):
+    out = io.BytesIO()
+    _write_varint(out, n)
+    assert out.getvalue() == encode_varints(np.array([n], dtype=np.uint64))
+    assert _read_varint(b"\x01" + out.getvalue() + b"\x05", 1) == (n, 1 + len(out.getvalue()))
+
+
+@settings(max_examples=200)
+@given(st.lists(st.integers(0, 2**40), min_size=1, max_size=60))
+def test_rice_parameter_is_the_first_with_the_fewest_bits(gaps):
+    g = np.array(gaps, dtype=np.uint64)
+    assert best_rice_k(g) == min(range(40), key=lambda k: rice_bits(g, k))
 
 
 def test_varint_lengths():

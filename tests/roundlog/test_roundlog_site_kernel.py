@@ -32,10 +32,11 @@ def _same_decisions(a: Decisions, b: Decisions) -> bool:
                                         (a.value_pos, b.value_pos), (a.value, b.value)))
 
 
-@pytest.mark.parametrize("seed,chunk", [(0, 1000), (1, 50), (2, 1), (3, 4000)])
+@pytest.mark.parametrize("seed,n,chunk", [(0, 4000, 1000), (1, 4000, 50), (2, 4000, 1), (3, 4000, 4000),
+                                           (4, 3999, 3), (5, 4001, 4001)])  # sizes not whole flag words
 @pytest.mark.parametrize("beta", [8.0, 256.0, 65536.0])
-def test_decide_and_apply_match_the_specification(seed, chunk, beta):
-    v = _values(seed, 4000)
+def test_decide_and_apply_match_the_specification(seed, n, chunk, beta):
+    v = _values(seed, n)
     v2, d2 = RoundingEngine._bound(v, chunk, beta)
     r_spec, dec_spec = rounding.decide(v2, d2)
     r_fast, dec_fast = site_kernel.decide(v, chunk, beta * UNIT_ROUNDOFF_F64)
@@ -45,7 +46,15 @@ def test_decide_and_apply_match_the_specification(seed, chunk, beta):
     # the auditor's side, with its own values a little off and one forged entry
     w = v + torch.where(torch.isfinite(v), v * 2.0**-50, torch.zeros((), dtype=F64))
     forged = Decisions(dec_spec.bit_pos, ~dec_spec.bit_up, dec_spec.value_pos, dec_spec.value)
-    for dec in (dec_spec, forged):
+    # entries where no trainer would log: at the non-finite values, zeros and anywhere, some in both lists
+    rng = np.random.default_rng(seed)
+    anywhere = torch.from_numpy(np.union1d(np.flatnonzero(~np.isfinite(v.numpy()) | (v.numpy() == 0)),
+                                           rng.choice(n, n // 10, replace=False)))
+    values = torch.from_numpy(rng.standard_normal(n // 20).astype(np.float32))
+    stray = Decisions(anywhere, torch.from_numpy(rng.random(anywhere.numel()) < 0.5),
+                      anywhere[torch.from_numpy(np.sort(rng.choice(anywhere.numel(), values.numel(), replace=False)))],
+                      values)
+    for dec in (dec_spec, forged, stray):
         w2, e2 = RoundingEngine._bound(w, chunk, beta)
         r_spec, rep_spec = rounding.apply(w2, e2, dec)
         r_fast, rep_fast = site_kernel.apply(w, chunk, beta * UNIT_ROUNDOFF_F64, dec)
@@ -64,12 +73,19 @@ def _train(setup, compiled: bool, steps=2):
     return tr, [tr.step(i) for i in range(1, steps + 1)]
 
 
-@pytest.mark.parametrize("model", ["gpt", "cnn"])
-def test_a_run_is_the_same_with_and_without_the_kernel(setup_of, model):
-    _, fast = _train(setup_of(model), True)
-    _, spec = _train(setup_of(model), False)
+@pytest.mark.parametrize("model,optimizer", [("gpt", {}), ("cnn", {}), ("mlp", {"clip_grad_norm": 0.01}),
+                                             ("gru", {"clip_grad_norm": 0.01, "weight_decay": 0.0})])
+def test_a_run_is_the_same_with_and_without_the_kernel(setup_of, model, optimizer):
+    """The compiled site passes and the compiled optimizer updates (AdamW and SGD, with and
+    without weight decay and clipping) give the specification's states and logs."""
+    def setup():
+        factory, opt, data = setup_of(model)
+        return factory, {**opt, **optimizer}, data
+
+    _, fast = _train(setup(), True)
+    _, spec = _train(setup(), False)
     assert fast == spec
-    auditor = Auditor(*setup_of(model), RunConfig(threads=1, micro_batch=2))
+    auditor = Auditor(*setup(), RunConfig(threads=1, micro_batch=2))
     auditor.engine.compiled = False
     assert [auditor.replay_step(i, log) for i, (_, log) in enumerate(fast, 1)] == [h for h, _ in fast]
 
