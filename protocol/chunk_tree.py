@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import numpy as np
-from eth_hash.auto import keccak
+from .keccak import keccak
 
 from .errors import LocalProtocolError
 

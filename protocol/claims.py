@@ -41,8 +41,9 @@ Choices where the note leaves details open (one line each):
   list is not slashed.
 - the client referees a node claim if it referees the job and authored no claim of the game;
   otherwise, and after a referee timeout, a referee is drawn once the first evidence is in.
-- a picked index is 1..k of a steps list (entry 0 is the proven checkpoint) and 0..N-1 of a
-  node list (entry N is the proven state after the step).
+- a picked index is 1..k of a steps list (entry 0 is the proven checkpoint) and 0..N of a
+  node list (entry N, the state after the step, is proven equal to the steps list's entry but
+  not to what the outputs make, so it can be wrong alone).
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from eth_abi import encode as abi_encode
-from eth_hash.auto import keccak
+from .keccak import keccak
 from eth_utils import is_address, to_checksum_address
 
 from .economics import MAX_DRAWS, MAX_JOINERS, Allowances, ChainSettings, later_step_pick_deadline, step_pick_deadline
@@ -424,7 +425,8 @@ class ClaimGame:
         if event.list_root not in parent.lists:
             raise RemoteProtocolError("a pick names a list posted for the claim it picks under")
         level = parent.level + 1
-        valid = range(1, self.interval_steps + 1) if level == STEP else range(self.graph_nodes)
+        # a node list's entry N (the state after the step) is pickable: see node_list in claim_lists
+        valid = range(1, self.interval_steps + 1) if level == STEP else range(self.graph_nodes + 1)
         if event.index not in valid:
             raise RemoteProtocolError(f"{LEVEL_NAMES[level]} {event.index} is outside {valid.start}..{valid.stop - 1}")
         child_id = claim_id(self.id, level, event.list_root, event.index)

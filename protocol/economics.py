@@ -24,7 +24,13 @@ Rounding, and why (each is chosen so the rounding never favours the party it cou
 Choices where the note leaves a detail open:
 
 - E_draw = DRAW_DELAY blocks at the chain's ``block_seconds`` (an immutable) + Δ.
-- T_game's replay term s·T·σ + 2Δ is W_replay exactly as rounded above.
+- T_game's queue term is C·⌈s·k·σ⌉ + 2Δ, not W_replay: `busyUntil` adds each queued interval's
+  rounded recompute, and C·k ≥ T (the last interval may be shorter than k, and k may exceed T).
+- T_game counts one E_rule more when the client referees: its own allowance comes before the
+  MAX_DRAWS drawn first-level referees and is not one of them.
+- With the fourth level offered (an elementSpecRoot), T_game's ruling part is the longer of the
+  referees' and a duel's: duels open until 2Δ after evidenceBy, and each ends 2·clock + 2Δ after it
+  opened, a clock being E_rule + Δ for the commit and each of up to MAX_STEP_DEPTH reveals.
 - G_postSteps(k) and G_postNodes(N) are linear in the entries posted: base + per entry;
   `ESTIMATED_GAS` holds section 13's estimates until the bench measures the contract.
 - G_path (the winning path's transactions) = openGame + pickStep + pickNode + resolveGame.
@@ -46,7 +52,9 @@ MAX_INTERVAL_STEPS = 1024    # k
 MAX_LIST = 1024              # entries of one LibList list: C + 1 and N + 1
 MAX_DRAWS = 3                # referees or witnesses drawn for one item before it voids
 MAX_JOINERS = 8              # joiners of a claim whose join gas is reimbursed
+MAX_REIMBURSED_DEMANDS = 8   # demands a seat served only through a witness that its forfeited lock pays back
 DRAW_DELAY = 2               # blocks between recording a draw and making it
+MAX_STEP_DEPTH = 40          # levels of the fourth level's deepest trace tree (OneStepVerifier: 2^40 steps)
 U16, U32, U64, U128 = (1 << 16) - 1, (1 << 32) - 1, (1 << 64) - 1, (1 << 128) - 1
 
 
@@ -127,11 +135,12 @@ class GasFigures:
 # Section 13's figures: the game's moves as scripts/bench_settlement.py measured them on the embedded
 # EVM, rounded up (a list ~104k + ~1,170 an entry; resolve = the node and step timeouts and resolveGame);
 # a join of a game measured 143k; appeal 105k, a drawReferee that draws 141k (five referees registered,
-# the first probe eligible), ruleAppeal 160k (overturning); witness and attest moves are not built
-# yet: estimates. SettlementStorageV2 holds the same constants.
+# the first probe eligible), ruleAppeal 160k (overturning); callWitness + drawWitness 179k; a served
+# attestServed with MAX_DRAWS − 1 refusers to charge, the job's first demand recorded for reimbursement,
+# 262k. SettlementStorageV2 holds the same constants.
 ESTIMATED_GAS = GasFigures(
     list_base_steps=110_000, list_base_nodes=110_000, list_entry=1_200, post_evidence=80_000, open_game=250_000,
-    pick_step=240_000, pick_node=210_000, resolve=350_000, join=150_000, call_witness=200_000, attest=250_000,
+    pick_step=240_000, pick_node=210_000, resolve=350_000, join=150_000, call_witness=200_000, attest=280_000,
     appeal=110_000, draw=150_000, rule_appeal=170_000)
 
 
@@ -159,6 +168,7 @@ class EconomicTerms:
     referee_fee: int          # f_R
     witness_fee: int          # f_W
     client_referees: bool = True
+    on_chain_step: bool = False  # the terms carry an elementSpecRoot: node claims may go to OneStepVerifier
 
     def __post_init__(self) -> None:
         _check_fields(self, {
@@ -167,8 +177,9 @@ class EconomicTerms:
             "providers_wanted": (1, U16), "catch_bps": (1, BPS), "accept_window": (1, U32), "price": (0, U128),
             "provider_stake": (0, U128), "gas_price_cap": (0, U64), "referee_fee": (0, U128),
             "witness_fee": (0, U128)})
-        if type(self.client_referees) is not bool:
-            raise LocalProtocolError(f"client_referees must be a bool, got {self.client_referees!r}")
+        for flag in ("client_referees", "on_chain_step"):
+            if type(getattr(self, flag)) is not bool:
+                raise LocalProtocolError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         if self.intervals + 1 > MAX_LIST:
             raise LocalProtocolError(f"{self.intervals} intervals need a trace of {self.intervals + 1} entries, "
                                      f"above {MAX_LIST}: use a larger checkpoint interval or split the job")
@@ -198,7 +209,7 @@ class Allowances:
     rule: int         # E_rule = s·ρ + E_xfer(Y)
     draw: int         # E_draw = DRAW_DELAY blocks + Δ
     demand: int       # T_demand (section 7)
-    game: int         # T_game (section 8.4)
+    game: int         # T_game (section 8.4), with the recompute queue C·⌈s·k·σ⌉ + 2Δ, the client's E_rule, the duels
 
     def __post_init__(self) -> None:
         _check_fields(self, {f.name: (1, U32) for f in dataclasses.fields(self)})
@@ -212,6 +223,18 @@ def _work_seconds(count: int, millis: int) -> int:
 def transfer_allowance(size: int, settings: ChainSettings) -> int:
     """E_xfer(x) = ⌈x / β⌉ + 2Δ: moving x bytes peer to peer and confirming it on chain."""
     return ceil_div(size, settings.bandwidth) + 2 * settings.margin
+
+
+def step_clock(rule: int, depth: int, margin: int) -> int:
+    """Each side's clock in a duel of the fourth level: E_rule to trace the element, Δ for its commit
+    and each of its `depth` reveals (GavelRefereesV2's openStepGame)."""
+    return rule + (depth + 1) * margin
+
+
+def step_game_allowance(rule: int, margin: int) -> int:
+    """The longest a node claim's duels last after its evidenceBy: opened until 2Δ after it, each
+    ending 2·clock + 2Δ after its opening at the deepest trace tree."""
+    return 2 * margin + 2 * step_clock(rule, MAX_STEP_DEPTH, margin) + 2 * margin
 
 
 def allowances(terms: EconomicTerms, settings: ChainSettings) -> Allowances:
@@ -230,7 +253,11 @@ def allowances(terms: EconomicTerms, settings: ChainSettings) -> Allowances:
     interval = interval_work + 2 * delta
     list_turn = 2 * delta
     demand = xfer_state + delta + MAX_DRAWS * (draw + 2 * xfer_state)
-    game = list_turn + 2 * interval + replay + xfer_evidence + 2 * MAX_DRAWS * (draw + rule) + rule
+    queue = terms.intervals * interval_work + 2 * delta
+    ruling = 2 * MAX_DRAWS * (draw + rule) + rule + (rule if terms.client_referees else 0)
+    if terms.on_chain_step:
+        ruling = max(ruling, step_game_allowance(rule, delta))
+    game = list_turn + 2 * interval + queue + xfer_evidence + ruling
     values = dict(train=job_work + delta, reveal=delta, replay=replay, list=list_turn, interval=interval,
                   xfer_state=xfer_state, xfer_evidence=xfer_evidence, rule=rule, draw=draw, demand=demand, game=game)
     too_long = [name for name, value in values.items() if value > U32]
@@ -248,15 +275,21 @@ class JobDeadlines:
 
 
 def job_deadlines(opened_at: int, terms: EconomicTerms, allowed: Allowances) -> JobDeadlines:
-    """acceptBy = open + acceptWindow; finalBy = acceptBy + W_train + W_reveal + W_replay + T_demand + T_game."""
+    """acceptBy = open + acceptWindow;
+    finalBy = acceptBy + W_train + W_reveal + W_replay + T_demand + E_interval + T_game."""
     _check_uint("opened_at", opened_at, 0, U64)
     accept_by = opened_at + terms.accept_window
     return JobDeadlines(accept_by, final_by(accept_by, allowed))
 
 
 def final_by(accept_by: int, allowed: Allowances) -> int:
-    """The time by which every coin of the job is back, whatever anyone does."""
-    return accept_by + allowed.train + allowed.reveal + allowed.replay + allowed.demand + allowed.game
+    """The time by which every coin of the job is back, whatever anyone does.
+
+    A demand's end reopens its seat to games for E_interval (section 7), so a game may open as late
+    as the last demand's end + E_interval: that interval is in the bound.
+    """
+    return (accept_by + allowed.train + allowed.reveal + allowed.replay + allowed.demand + allowed.interval
+            + allowed.game)
 
 
 def commit_by(filled_at: int, allowed: Allowances) -> int:
@@ -362,8 +395,11 @@ def finder_shares(stake: int, settings: ChainSettings) -> tuple[int, int, int]:
 
 
 def stake_covers_reimbursements(terms: EconomicTerms, settings: ChainSettings, gas: GasFigures = ESTIMATED_GAS) -> bool:
-    """S·(1 − w) ≥ γ·(G_path + MAX_JOINERS·G_join) + f_R (section 8.5), in integers: scaled by 10⁴."""
-    owed = terms.gas_price_cap * (gas.path + MAX_JOINERS * gas.join) + terms.referee_fee
+    """S·(1 − w) ≥ γ·(G_path + MAX_JOINERS·G_join) + f_R + MAX_REIMBURSED_DEMANDS·D (sections 7, 8.5), in
+    integers: scaled by 10⁴. A forfeited lock pays these back before the finders' w·S, which stays whole."""
+    demand = terms.witness_fee + terms.gas_price_cap * (gas.call_witness + gas.attest)
+    owed = (terms.gas_price_cap * (gas.path + MAX_JOINERS * gas.join) + terms.referee_fee
+            + MAX_REIMBURSED_DEMANDS * demand)
     return terms.provider_stake * (BPS - settings.winner_share_bps) >= owed * BPS
 
 
@@ -384,5 +420,6 @@ def check_open(terms: EconomicTerms, settings: ChainSettings, gas: GasFigures = 
         raise LocalProtocolError(f"a seat's stake {terms.provider_stake} is below the least {least} wei that "
                                  f"p* = {terms.catch_bps} bps asks for")
     if not stake_covers_reimbursements(terms, settings, gas):
-        raise LocalProtocolError("a seat's stake less the finder's share does not cover a won game's reimbursements")
+        raise LocalProtocolError("a seat's stake less the finder's share does not cover a won game's reimbursements "
+                                 "and the demands it may have served through a witness")
     return allowed

@@ -33,7 +33,8 @@ __all__ = [
     "f64_abs", "f64_add", "f64_div", "f64_eq", "f64_fma", "f64_frexp_exponent", "f64_frexp_mantissa",
     "f64_ldexp", "f64_le", "f64_lt", "f64_mul", "f64_neg", "f64_rint", "f64_sqrt", "f64_sub",
     "f64_to_f32", "f64_to_i64", "f64_trunc", "i64_to_f64", "is_nan32", "is_nan64",
-    "bit_and", "bit_or", "f32_canon", "f64_max", "i64_add", "i64_lt", "i64_mul", "i64_sar", "i64_sub", "select",
+    "bit_and", "bit_or", "bit_xor", "f32_canon", "f64_max", "i64_add", "i64_lt", "i64_mul", "i64_sar", "i64_sub",
+    "select",
 ]
 
 
@@ -454,6 +455,12 @@ def bit_and(a: int, b: int) -> int:
     return a & b
 
 
+def bit_xor(a: int, b: int) -> int:
+    """Philox's mixing (dropout's random words, repops_cupy/rng.py). Its 32x32 -> 64-bit products
+    are i64_mul (exact below 2^64), their words bit_and and i64_sar: xor is the one step it lacked."""
+    return a ^ b
+
+
 def f64_max(a: int, b: int) -> int:
     """The larger of a and b, NaN first (quieted) when either is NaN; a when they compare equal."""
     nan = _first_nan(F64, a, b)
@@ -471,7 +478,7 @@ STEPS.update({
     "select": Step(25, 3, select), "i64_add": Step(26, 2, i64_add), "i64_sub": Step(27, 2, i64_sub),
     "i64_mul": Step(28, 2, i64_mul), "i64_lt": Step(29, 2, i64_lt), "bit_or": Step(30, 2, bit_or),
     "bit_and": Step(31, 2, bit_and), "f64_max": Step(32, 2, f64_max), "f32_canon": Step(33, 1, f32_canon),
-    "i64_sar": Step(34, 2, i64_sar),
+    "i64_sar": Step(34, 2, i64_sar), "bit_xor": Step(35, 2, bit_xor),
 })
 
 FLOAT32_OPERANDS = frozenset({"f32_to_f64", "f32_add", "f32_sub", "f32_mul", "f32_div", "f32_sqrt", "f32_canon"})

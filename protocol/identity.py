@@ -23,7 +23,8 @@ SIGNATURE_SIZE = 64
 DOMAIN_ENVELOPE = "envelope/v1"
 DOMAIN_SIGNED_ROOT = "signed-root/v1"
 DOMAIN_JOB_TERMS = "job-terms/v1"
-_DOMAINS = frozenset({DOMAIN_ENVELOPE, DOMAIN_SIGNED_ROOT, DOMAIN_JOB_TERMS})
+DOMAIN_OFFER_V2 = "offer/v2"  # a settlement-v2 offer: spec, on-chain terms, chain, contract, client account
+_DOMAINS = frozenset({DOMAIN_ENVELOPE, DOMAIN_SIGNED_ROOT, DOMAIN_JOB_TERMS, DOMAIN_OFFER_V2})
 
 
 def signing_input(domain: str, message: bytes) -> bytes:

@@ -41,7 +41,7 @@ from typing import Sequence
 
 from eth_abi import decode as abi_decode
 from eth_abi import encode as abi_encode
-from eth_hash.auto import keccak
+from .keccak import keccak
 
 from repops_cupy.merkle import split_point
 

@@ -14,15 +14,15 @@ over every message the referee sent or accepted (and every timeout), in order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import blake3
 
 from repops_cupy import registry
-from repops_cupy.hashing import hash_tensor
 from repops_cupy.merkle import leaf_hash
 
 from .actions import Action, GameOver, MonotonicTime, Outbox, Received, Send
+from .claim_evidence import BadEvidence, batch_hash, operator_output, proven_entry
 from .commitments import CommitmentStore, EquivocationProof, SignedRoot, state_leaf, state_root
 from .envelope import MAX_MESSAGE_SIZE, MAX_TENSOR_MESSAGE_SIZE, NEVER, Envelope, ReplayGuard, decode_envelope
 from .errors import LocalProtocolError, RemoteProtocolError
@@ -39,7 +39,7 @@ from .messages import (
     StepRequest, Verdict, dispute_id_of,
 )
 from .oracle import BatchOracle
-from .program import StateOutputs, decode_program_leaf
+from .program import StateOutputs
 from .wire import packb
 
 _TRANSCRIPT_DOMAIN = b"gavel/transcript/v1\0"
@@ -334,14 +334,11 @@ class Referee:
         step_root = side.roots[3].root
         if body.step != s or body.node != n:
             raise _Foul(INVALID_MOVE, f"evidence for step {body.step} node {body.node}, asked for step {s} node {n}")
-        if not body.entry_proof.verify(self.terms.program_root, body.entry, size=nodes, index=n):
-            raise _Foul(INVALID_MOVE, f"program entry {n} is not proven in the job's program root")
         try:
-            entry = decode_program_leaf(body.entry)
-        except RemoteProtocolError as exc:
-            raise _Foul(INVALID_MOVE, f"program entry {n} does not decode: {exc}") from None
-        if isinstance(entry, StateOutputs) != (n == nodes - 1):
-            raise _Foul(INVALID_MOVE, f"program entry {n} is of the wrong kind")
+            entry = proven_entry(body.entry, body.entry_proof, program_root=self.terms.program_root,
+                                 program_size=nodes, node=n)
+        except BadEvidence as exc:
+            raise _Foul(INVALID_MOVE, str(exc)) from None
         if not body.output_proof.verify(step_root, body.output, size=nodes, index=n) \
                 or leaf_hash(body.output) != side.leaf[3]:
             raise _Foul(INVALID_MOVE, f"the output of node {n} is not the one committed")
@@ -360,7 +357,7 @@ class Referee:
         elif entry.is_leaf:
             if inputs:
                 raise _Foul(INVALID_MOVE, "a batch leaf takes no inputs")
-            evidence = ("batch", self._batch_hash(s, entry.leaf_name))
+            evidence = ("batch", batch_hash(self.batch_hashes, s, entry.leaf_name))
         else:
             if entry.op not in registry.names():
                 raise LocalProtocolError(f"this referee has no operator {entry.op!r}: load it and retry")
@@ -381,14 +378,6 @@ class Referee:
             raise _Foul(INVALID_MOVE, f"input from node {m} {'lacks' if tensor else 'has'} a tensor")
         if tensor and ev.tensor.tensor_hash() != ev.hash:
             raise _Foul(INVALID_MOVE, f"the tensor given for node {m} does not have the agreed hash")
-
-    def _batch_hash(self, step: int, name: str) -> bytes:
-        if self.batch_hashes is None:
-            raise LocalProtocolError("the dispute reached a batch leaf: the referee needs batch_hashes")
-        hashes: Mapping[str, bytes] = self.batch_hashes(step)
-        if name not in hashes:
-            raise LocalProtocolError(f"batch_hashes({step}) has no tensor {name!r}")
-        return hashes[name]
 
     # --- completing a round ---------------------------------------------------------------------
 
@@ -438,10 +427,9 @@ class Referee:
         if kind == "op":
             _, entry, tensors = evidence
             try:
-                expected = hash_tensor(registry.run(entry.op, [t.to_array() for t in tensors], entry.attrs))
-            except Exception as exc:  # the operator fails on agreed inputs: no claimed output can be right
-                detail = f"{entry.op} fails on the agreed inputs: {type(exc).__name__}"
-                return self._finish({side.node_id: (UNCOMPUTABLE, detail[:256]) for side in sides}, now, event=RULED)
+                expected = operator_output(entry, [t.to_array() for t in tensors])
+            except BadEvidence as exc:  # the operator fails on agreed inputs: no claimed output can be right
+                return self._finish({side.node_id: (UNCOMPUTABLE, str(exc)[:256]) for side in sides}, now, event=RULED)
         elif kind == "outputs":
             expected = state_root(evidence[1])
         else:

@@ -29,7 +29,7 @@ from typing import Any, Union
 
 from eth_account import Account
 from eth_account.messages import SignableMessage, encode_typed_data
-from eth_hash.auto import keccak
+from .keccak import keccak
 from eth_utils import is_address, to_checksum_address
 
 from .errors import LocalProtocolError, RemoteProtocolError

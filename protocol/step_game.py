@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-from eth_hash.auto import keccak
+from .keccak import keccak
 
 from repops_cupy.hashing import canonical_array
 

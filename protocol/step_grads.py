@@ -125,17 +125,13 @@ def _sgd_update(t: Tracer, attrs, shapes) -> Val:
 
 def _reduce_layout(attrs: Mapping[str, Any], shapes: Shapes) -> tuple[tuple[int, ...], View, list[int]]:
     """sum/mean over `axis` (() = all): the output shape, the view at the kept coordinates and the
-    offsets of the reduced elements in C order."""
-    x = tuple(shapes[0])
-    axes = tuple(a % len(x) for a in attrs.get("axis", ())) or tuple(range(len(x)))
-    own = contiguous_strides(x)
+    offsets of the reduced elements in C order (axes normalized and sorted as the spec does)."""
+    from .step_rows import reduction  # step_rows builds on this module's neighbours, not on it
+
+    found = reduction("sum", shapes[0], attrs.get("axis", ()))
     keep = attrs.get("keepdims", False)
-    out = tuple(1 if a in axes else n for a, n in enumerate(x) if keep or a not in axes)
-    strides = tuple(0 if a in axes else own[a] for a in range(len(x)) if keep or a not in axes)
-    offsets = [0]
-    for a in axes:
-        offsets = [o + c * own[a] for o in offsets for c in range(x[a])]
-    return out, View(0, strides), offsets
+    strides = tuple(s for a, s in enumerate(found.base_strides) if keep or a not in found.axes)
+    return found.out_shape(keep), View(0, strides), found.offsets
 
 
 def _reduce_views(attrs: Mapping[str, Any], shapes: Shapes) -> Layout:

@@ -12,7 +12,11 @@ log, tanh, sigmoid, softmax and layer_norm over the last axis, matmul (`step_mat
 optimizer's adam_moment1, adam_moment2, adamw_update, beta_power_step, sum_to, and the data
 movement of reshape, transpose and broadcast_to; and from `step_grads`: relu_grad, gelu and
 gelu_grad (tanh form), softmax_grad, layer_norm_grad_x, layer_norm_grad_gamma, causal_mask,
-step_increment, full, embedding, cross_entropy and cross_entropy_grad.
+step_increment, full, embedding, cross_entropy and cross_entropy_grad; from `step_rows`:
+log_softmax, log_softmax_grad, var, var_grad, max, max_grad; from `step_erf`: erf, erf_grad and
+GELU's erf form (the `approximate` attribute picks the program); from `step_windows`: unfold2d and
+unfold2d_grad; from `step_scatter`: embedding_grad; from `step_philox`: dropout and
+dropout_at_step (Philox4x32-10 in integer steps).
 """
 from __future__ import annotations
 
@@ -24,11 +28,16 @@ from repops_cupy.hashing import canonical_array
 
 from .errors import LocalProtocolError
 from .step_math import exp_f64, f32_bits, log_f64, out32, sigmoid_f64, tanh_f64, tree_sum
+from .step_erf import ERF_FAMILIES
 from .step_grads import GRAD_FAMILIES
 from .step_matmul import matmul_program, matmul_views
+from .step_philox import PHILOX_FAMILIES
+from .step_rows import ROW_FAMILIES, row_top
+from .step_scatter import SCATTER_FAMILIES
 from .step_trace import (
     ElementSpec, ElementTrace, Tracer, Val, View, broadcast_view, contiguous_strides, elementwise_layout,
 )
+from .step_windows import WINDOW_FAMILIES
 
 __all__ = ["COVERED", "element_spec", "trace_element"]
 
@@ -65,10 +74,7 @@ def _softmax(t: Tracer, attrs, shapes) -> Val:
     """e_j / tree_sum(e), e = exp(x - (max(x) + 0)) over the row (view 0: the row, view 1: the element)."""
     n = shapes[0][-1]
     row = [t.f32_to_f64(t.input(0, k)) for k in range(n)]
-    top = row[0]
-    for v in row[1:]:
-        top = t.f64_max(top, v)
-    top = t.f64_add(top, t.c64(0.0))  # max + 0: -0 becomes +0 (exact in float32 and float64 alike)
+    top = row_top(t, row)
     total = tree_sum(t, [exp_f64(t, t.f64_sub(v, top)) for v in row])
     mine = exp_f64(t, t.f64_sub(t.f32_to_f64(t.input(1)), top))
     return out32(t, t.f64_div(mine, total))
@@ -175,6 +181,18 @@ def _row_views(attrs: Mapping[str, Any], shapes: Shapes) -> Layout:
     return out, tuple(views)
 
 
+def _by_approximation(op: str) -> Program:
+    """gelu, gelu_grad: the tanh form's program (step_grads) or the erf form's (step_erf), by the attribute."""
+    forms = {"tanh": GRAD_FAMILIES[op][1], "none": ERF_FAMILIES[op]}
+
+    def program(t: Tracer, attrs: Mapping[str, Any], shapes: Shapes) -> Val:
+        form = attrs.get("approximate", "none")
+        if form not in forms:
+            raise LocalProtocolError(f"{op}: approximate must be one of {sorted(forms)}, got {form!r}")
+        return forms[form](t, attrs, shapes)
+    return program
+
+
 def _check_last_axis(op: str, attrs: Mapping[str, Any], ndim: int) -> None:
     axis = attrs.get("axis", -1)
     if axis not in (-1, ndim - 1):
@@ -194,7 +212,10 @@ _FAMILIES: dict[str, tuple[Callable, Program]] = {
     "reshape": (_reshape_views, _copy), "transpose": (_transpose_views, _copy),
     "broadcast_to": (_broadcast_to_views, _copy), "sum_to": (_sum_to_views, _sum_to),
     "matmul": (matmul_views, matmul_program),
-    **GRAD_FAMILIES,
+    **GRAD_FAMILIES, **ROW_FAMILIES, **WINDOW_FAMILIES, **SCATTER_FAMILIES, **PHILOX_FAMILIES,
+    "erf": (_elementwise_views, ERF_FAMILIES["erf"]), "erf_grad": (_elementwise_views, ERF_FAMILIES["erf_grad"]),
+    "gelu": (_elementwise_views, _by_approximation("gelu")),
+    "gelu_grad": (_elementwise_views, _by_approximation("gelu_grad")),
 }
 COVERED = frozenset(_FAMILIES)
 

@@ -33,13 +33,14 @@ which executes each step in Python integers as it records it.
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from eth_hash.auto import keccak
+from .keccak import keccak
 
 from repops_cupy.hashing import tensor_message
 
@@ -132,8 +133,8 @@ class ElementSpec:
     def length(self) -> int:
         return len(self.program)
 
-    @property
-    def root(self) -> bytes:
+    @functools.cached_property
+    def root(self) -> bytes:  # cached: a job's element specs put it in a leaf per node
         return keccak_tree_root([program_leaf(i) for i in self.program])
 
 

@@ -289,7 +289,7 @@ def test_illegal_moves_are_refused_as_remote_errors():
         game.handle(PostList(step, T0 + 3, Q, GOOD_NODES))    # Q does not cover the picked list
     game.handle(PostList(step, T0 + 3, H, GOOD_NODES))
     with pytest.raises(RemoteProtocolError):
-        game.handle(Pick(step, T0 + 4, A, GOOD_NODES, 53))    # node N is the proven state, not a node
+        game.handle(Pick(step, T0 + 4, A, GOOD_NODES, 54))    # past entry N (the state after the step)
     with pytest.raises(LocalProtocolError, match="backwards"):
         game.handle(Join(g, T0 + 1, X))
     assert game.claims[g].state == PICKING and game.claims[step].state == PICKING  # nothing moved

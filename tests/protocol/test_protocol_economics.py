@@ -90,7 +90,25 @@ def test_allowances_by_hand():
     assert a.xfer_state == 4 + 60 and a.xfer_evidence == 1 + 60  # 3 000 001 B at 1 MB/s -> 4 s
     assert a.rule == 1 + 61 and a.draw == 2 * 2 + 30
     assert a.demand == 64 + 30 + MAX_DRAWS * (34 + 2 * 64)
-    assert a.game == 60 + 2 * 74 + 194 + 61 + 2 * MAX_DRAWS * (34 + 62) + 62
+    # T_game: E_list, two pick windows, the recompute queue C·⌈s·k·σ⌉ + 2Δ = 10·14 + 60 (above W_replay's 194:
+    # each interval rounds up on its own), E_xfer(Y), the draws, the appeal window, the client's own E_rule
+    assert a.game == 60 + 2 * 74 + (10 * 14 + 60) + 61 + 2 * MAX_DRAWS * (34 + 62) + 62 + 62
+    drawn = allowances(replace(job, client_referees=False), TESTNET)
+    assert a.game - drawn.game == a.rule  # drawn referees only: no client allowance before them
+
+
+@pytest.mark.parametrize("steps, every, queued_work", [
+    (10, 2, 5 * 2),     # T a multiple of k, s·k·σ whole: the queue is one replay
+    (5, 2, 3 * 2),      # the last interval is one step long but queues a whole s·k·σ: 6 s, not 5
+    (1, 2, 1 * 2),      # k > T: one interval, recomputed as k steps
+    (3, 1, 3 * 1),      # s·σ = 0.6 s rounds up per interval: 3 s, not ⌈1.8⌉ = 2
+])
+def test_the_game_counts_the_recompute_queue_of_every_interval(steps, every, queued_work):
+    step_millis = 300 if every == 1 else 500
+    job = terms(steps=steps, checkpoint_every=every, step_millis=step_millis)
+    a = allowances(job, TESTNET)
+    assert queued_work == job.intervals * (a.interval - 60) >= a.replay - 60
+    assert a.game == 60 + 2 * a.interval + (queued_work + 60) + a.xfer_evidence + 2 * MAX_DRAWS * (a.draw + a.rule) + 2 * a.rule
 
 
 def test_allowances_round_up_to_the_second():
@@ -141,7 +159,7 @@ def test_final_by_adds_every_phase_to_accept_by():
     a = allowances(job, TESTNET)
     d = job_deadlines(1_000, job, a)
     assert d.accept_by == 1_600
-    assert d.final_by == 1_600 + a.train + a.reveal + a.replay + a.demand + a.game == final_by(1_600, a)
+    assert d.final_by == 1_600 + a.train + a.reveal + a.replay + a.demand + a.interval + a.game == final_by(1_600, a)
     assert commit_by(2_000, a) == 2_000 + a.train and reveal_by(3_000, a) == 3_000 + a.reveal
     assert challenge_by(3_010, a) == 3_010 + a.replay
 
@@ -196,7 +214,8 @@ def test_gas_figures_cover_section_13s_measurements():
 def test_the_stake_must_cover_a_won_games_reimbursements():
     job = terms(gas_price_cap=GWEI)
     assert stake_covers_reimbursements(job, TESTNET)
-    owed = GWEI * (ESTIMATED_GAS.path + 8 * ESTIMATED_GAS.join) + job.referee_fee
+    demand = job.witness_fee + GWEI * (ESTIMATED_GAS.call_witness + ESTIMATED_GAS.attest)
+    owed = GWEI * (ESTIMATED_GAS.path + 8 * ESTIMATED_GAS.join) + job.referee_fee + 8 * demand
     assert stake_covers_reimbursements(replace(job, provider_stake=2 * owed), TESTNET)
     assert not stake_covers_reimbursements(replace(job, provider_stake=2 * owed - 1), TESTNET)
     with pytest.raises(LocalProtocolError, match="reimbursements"):

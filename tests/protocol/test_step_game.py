@@ -17,7 +17,9 @@ from tests.protocol.test_step_programs import cases
 FAMILIES = ("add", "relu", "mul_scalar", "exp", "log", "tanh", "softmax", "layer_norm", "matmul", "adam_moment2",
             "adamw_update", "sum_to", "transpose", "reshape", "broadcast_to", "gelu", "softmax_grad",
             "layer_norm_grad_gamma", "causal_mask", "embedding", "cross_entropy", "cross_entropy_grad",
-            "step_increment", "full", "sum", "rsqrt", "sgd_momentum", "tanh_grad")
+            "step_increment", "full", "sum", "rsqrt", "sgd_momentum", "tanh_grad",
+            "log_softmax_grad", "var_grad", "max", "erf_grad", "unfold2d_grad", "embedding_grad", "dropout",
+            "dropout_at_step")
 
 
 def game(op: str, cheater_side: int | None, kind: str = "step", seed: int = 0, element: int | None = None):

@@ -65,6 +65,22 @@ def cases(rng: np.random.Generator) -> dict[str, tuple[list[np.ndarray], dict]]:
         "sgd_update": ([v(30), v(30)], {"lr": 0.1}),
         "sum": ([v(60).reshape(3, 5, 4)], {"axis": (0, 2), "keepdims": False}),
         "mean": ([v(60).reshape(3, 5, 4)], {"axis": (1,), "keepdims": True}),
+        "log_softmax": ([v(40).reshape(5, 8)], {"axis": -1}),
+        "log_softmax_grad": ([v(40).reshape(5, 8), v(40, edges=False).reshape(5, 8)], {"axis": -1}),
+        "var": ([v(60).reshape(3, 5, 4)], {"axis": (0, 2), "keepdims": False, "correction": 1}),
+        "var_grad": ([v(5), v(60).reshape(3, 5, 4)], {"axis": (0, 2), "keepdims": False, "correction": 1}),
+        "max": ([v(60).reshape(3, 5, 4)], {"axis": (1,), "keepdims": True}),
+        "max_grad": ([v(12).reshape(3, 1, 4), v(60).reshape(3, 5, 4), v(12).reshape(3, 1, 4)],
+                     {"axis": (1,), "keepdims": True}),
+        "erf": ([v(60)], {}), "erf_grad": ([v(30), v(30)], {}),
+        "unfold2d": ([v(2 * 4 * 5).reshape(1, 2, 4, 5)], {"kernel": (2, 3), "stride": (2, 1), "padding": (1, 1)}),
+        "unfold2d_grad": ([v(2 * 3 * 6 * 4).reshape(1, 2, 3, 6, 4)],
+                          {"kernel": (2, 2), "stride": (2, 1), "padding": (1, 1), "input_hw": (4, 5)}),
+        "embedding_grad": ([v(2 * 5 * 3).reshape(2, 5, 3), rng.integers(0, 5, (2, 5)).astype(np.int64)],
+                           {"num_embeddings": 6}),
+        "dropout": ([v(30).reshape(5, 6)], {"p": 0.25, "seed": 7, "stream": 3, "counter": (1 << 32) - 3}),
+        "dropout_at_step": ([v(30).reshape(3, 10), np.array(41, dtype=np.int64)],
+                            {"p": 0.5, "seed": (1 << 63) + 5, "site": 3}),
     }
 
 
@@ -119,5 +135,17 @@ def test_glue_steps_against_numpy():
             assert F.i64_sub(ux, uy) == int((x - y).view(np.uint64))
             assert F.i64_mul(ux, uy) == int((x * y).view(np.uint64))
             assert F.i64_lt(ux, uy) == int(x < y)
+            assert F.bit_xor(ux, uy) == int((x ^ y).view(np.uint64))
     assert F.f32_canon(0xFFC00001) == 0x7FC00000 and F.f32_canon(0x7F800000) == 0x7F800000
     assert F.select(5, 1, 2) == 1 and F.select(0, 1, 2) == 2
+
+
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_a_reduction_over_unsorted_axes_sums_in_c_order(op):
+    # The spec sorts the axes; summing with axis 0 fastest would pair 1e20 with -1e20 first.
+    x = np.zeros((3, 5, 4), np.float32)
+    x[0, 0, 0], x[0, 0, 1], x[1, 0, 0] = 1e20, 1, -1e20
+    attrs = {"axis": (2, 0)}
+    out = canonical_array(np.asarray(ops.run(op, [x], attrs))).reshape(-1).view(np.uint32)
+    for e in range(out.size):
+        assert trace_element(op, attrs, [x], e).output == int(out[e]), (op, e)
