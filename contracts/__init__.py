@@ -11,7 +11,8 @@ Back-ends: ``EmbeddedChain`` (in-process EVM, the default; memory only, snapshot
 """
 
 from .anvil import AnvilProcess, find_anvil
-from .chain import ETHER, Chain, EmbeddedChain, RpcChain
+from .chain import ETHER, Chain, RpcChain
+from .embedded_chain import EmbeddedChain
 from .errors import ChainError, ContractRevert, SettlementError
 from .records import (
     ClientRefunded,

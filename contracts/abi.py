@@ -130,6 +130,17 @@ class ContractAbi:
     def decode_result(self, name: str, data: bytes) -> tuple[Any, ...]:
         return self.functions[name].decode_result(data)
 
+    def decode_call(self, data: bytes) -> tuple[str, tuple[Any, ...]]:
+        """(function name, arguments) of a call's input data; raises ValueError for a selector
+        this ABI does not know or arguments that do not decode."""
+        function = next((f for f in self.functions.values() if f.selector == data[:4]), None)
+        if function is None:
+            raise ValueError(f"no function with selector 0x{data[:4].hex()} in this ABI")
+        try:
+            return function.name, tuple(eth_abi.decode(function.input_types, data[4:]))
+        except eth_abi.exceptions.DecodingError as error:
+            raise ValueError(f"the input of {function.name} does not decode: {error}") from None
+
     def decode_log(self, topics: list[bytes], data: bytes) -> tuple[str, dict[str, Any]] | None:
         """(event name, arguments by name), or None for a log this ABI does not know."""
         if not topics or topics[0] not in self.events:

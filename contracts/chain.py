@@ -1,6 +1,6 @@
 """Two chain back-ends behind one interface: an in-process EVM and any JSON-RPC endpoint.
 
-- ``EmbeddedChain`` (the default): eth-tester over py-evm, in this process, no server. Its
+- ``EmbeddedChain`` (the default, `contracts.embedded_chain`): eth-tester over py-evm, in this process, no server. Its
   state lives in memory only and is gone when the object is; ``snapshot``/``revert`` roll it
   back cheaply, but nothing survives a restart. Nodes in several processes share a chain
   through ``RpcChain`` and anvil instead (``contracts.anvil``; ``--state FILE`` persists it).
@@ -18,16 +18,13 @@ that timestamp and later blocks follow it; ``advance_time(seconds)`` moves the c
 
 from __future__ import annotations
 
-import ast
 import itertools
-import os
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
 import requests
-from eth_abi import encode as abi_encode
 from eth_utils import to_checksum_address
 
 from .errors import ChainError
@@ -118,6 +115,11 @@ class Chain(ABC):
         """Event logs emitted by `address` in the block range (to the latest block by default)."""
 
     @abstractmethod
+    def transaction_input(self, tx_hash: bytes) -> bytes:
+        """The input data (calldata) of a mined transaction: what a contract reads from its
+        caller and does not copy into its logs (a revealed trace, a posted list)."""
+
+    @abstractmethod
     def snapshot(self) -> Any:
         """Marks the current state; `revert(mark)` goes back to it."""
 
@@ -139,166 +141,6 @@ class Chain(ABC):
 
     def close(self) -> None:
         """Releases connections; the chain object is unusable afterwards."""
-
-
-class EmbeddedChain(Chain):
-    """An in-process EVM (eth-tester + py-evm) with ten funded, unlocked test accounts.
-
-    State is in memory only: it ends with this object. ``snapshot``/``revert`` are cheap.
-
-    With ``follow_wall_clock`` its clock keeps ticking like anvil's: time is the wall clock
-    plus every jump made by ``mine(timestamp)``, ``now()`` reads it and the next block
-    carries it (or one second after its parent, if later). Without it (the default, exact
-    for tests that model time), each block is one second after its parent once the chain
-    is ahead of the wall clock, so a chain moved ahead stands still while nothing is sent.
-    """
-
-    def __init__(self, *, follow_wall_clock: bool = False) -> None:
-        from eth_tester import EthereumTester, PyEVMBackend
-
-        self.tester = EthereumTester(PyEVMBackend())
-        self.accounts = [to_checksum_address(a) for a in self.tester.get_accounts()]
-        self.follow_wall_clock = follow_wall_clock
-        self._clock_offset = 0  # seconds of jumps ahead of the wall clock
-
-    def _wall_time(self) -> int:
-        return int(time.time()) + self._clock_offset
-
-    def _keep_time(self) -> None:
-        """With ``follow_wall_clock``: the pending block carries the chain's time."""
-        if not self.follow_wall_clock:
-            return
-        backend = self.tester.backend
-        header = backend.chain.header
-        if header.timestamp < self._wall_time():
-            backend.chain.header = header.copy(timestamp=self._wall_time())
-
-    def transact(self, sender: str, to: str | None, data: bytes, *, value: int = 0, gas: int) -> Receipt:
-        tx: dict[str, Any] = {"from": sender, "gas": gas, "value": value, "data": "0x" + data.hex()}
-        if to is not None:
-            tx["to"] = to
-        self._keep_time()
-        from eth_tester.exceptions import ValidationError
-
-        try:
-            tx_hash = self.tester.send_transaction(tx)
-        except ValidationError as refused:  # e.g. a sender that cannot pay the gas: a real node refuses it too
-            raise ChainError(f"transaction refused: {refused}") from refused
-        raw = self.tester.get_transaction_receipt(tx_hash)
-        receipt = Receipt(
-            tx_hash=_hex_bytes(tx_hash),
-            status=raw["status"],
-            gas_used=raw["gas_used"],
-            effective_gas_price=raw["effective_gas_price"],
-            block_number=raw["block_number"],
-            contract_address=to_checksum_address(raw["contract_address"]) if raw["contract_address"] else None,
-            logs=tuple(self._log(entry) for entry in raw["logs"]),
-        )
-        if receipt.status == 0:
-            # Replay on the state of the failed transaction's own block: it changed nothing
-            # but the sender's nonce and balance, and the block carries the same timestamp.
-            raise RevertData(self._revert_data(tx, receipt.block_number), receipt)
-        return receipt
-
-    def _revert_data(self, tx: dict[str, Any], block_number: int) -> bytes:
-        from eth_tester.exceptions import TransactionFailed
-
-        try:
-            self.tester.call(tx, block_number)
-        except TransactionFailed as failure:
-            return _tester_revert_bytes(failure)
-        return b""
-
-    def call(self, to: str, data: bytes, *, sender: str | None = None) -> bytes:
-        from eth_tester.exceptions import TransactionFailed
-
-        tx = {"from": sender or self.accounts[0], "to": to, "data": "0x" + data.hex(), "gas": 30_000_000}
-        try:
-            return _hex_bytes(self.tester.call(tx, "latest"))
-        except TransactionFailed as failure:
-            raise RevertData(_tester_revert_bytes(failure)) from None
-
-    def estimate_gas(self, sender: str, to: str | None, data: bytes, *, value: int = 0) -> int:
-        from eth_tester.exceptions import TransactionFailed
-
-        tx: dict[str, Any] = {"from": sender, "value": value, "data": "0x" + data.hex()}
-        if to is not None:
-            tx["to"] = to
-        try:
-            return self.tester.estimate_gas(tx)
-        except TransactionFailed as failure:
-            raise RevertData(_tester_revert_bytes(failure)) from None
-
-    @staticmethod
-    def _log(entry: dict[str, Any]) -> Log:
-        return Log(
-            address=to_checksum_address(entry["address"]),
-            topics=tuple(_hex_bytes(t) for t in entry["topics"]),
-            data=_hex_bytes(entry["data"]),
-            block_number=entry["block_number"],
-            tx_hash=_hex_bytes(entry["transaction_hash"]),
-            log_index=entry["log_index"],
-        )
-
-    def balance(self, account: str) -> int:
-        return self.tester.get_balance(account)
-
-    def now(self) -> int:
-        latest = self.tester.get_block_by_number("latest")["timestamp"]
-        return max(latest, self._wall_time()) if self.follow_wall_clock else latest
-
-    def block_number(self) -> int:
-        return self.tester.get_block_by_number("latest")["number"]
-
-    def mine(self, timestamp: int | None = None) -> None:
-        if timestamp is None:
-            self._keep_time()
-            self.tester.mine_blocks(1)
-        else:
-            # eth-tester's time_travel(t) mines a block at t - 1 and makes t the next one's time.
-            if timestamp <= self.now():
-                raise ChainError(f"cannot mine at {timestamp}: latest block is at {self.now()}")
-            if self.follow_wall_clock:
-                self._clock_offset = max(self._clock_offset, timestamp - int(time.time()))
-            self.tester.time_travel(timestamp + 1)
-
-    def logs(self, address: str, from_block: int, to_block: int | None = None) -> list[Log]:
-        filter_id = self.tester.create_log_filter(
-            from_block=from_block, to_block=to_block if to_block is not None else "latest", address=address
-        )
-        try:
-            return [self._log(entry) for entry in self.tester.get_all_filter_logs(filter_id)]
-        finally:
-            self.tester.delete_filter(filter_id)
-
-    def snapshot(self) -> Any:
-        return self.tester.take_snapshot()
-
-    def revert(self, mark: Any) -> None:
-        self.tester.revert_to_snapshot(mark)
-
-    def new_account(self, funding: int) -> str:
-        key = os.urandom(32)
-        account = to_checksum_address(self.tester.add_account("0x" + key.hex()))
-        if funding:
-            self.transact(self.accounts[0], account, b"", value=funding, gas=21_000)
-        return account
-
-
-def _tester_revert_bytes(failure: Exception) -> bytes:
-    """eth-tester reports revert data as the repr of a bytes object, or the decoded Error(string)."""
-    message = failure.args[0] if failure.args else ""
-    if isinstance(message, bytes):
-        return message
-    text = str(message).removeprefix("execution reverted: ")
-    if text.startswith(("b'", 'b"')):
-        value = ast.literal_eval(text)
-        if isinstance(value, bytes):
-            return value
-    if text and not text.lower().startswith(("out of gas", "invalid")):
-        # eth-tester already decoded an Error(string) revert: encode it back.
-        return bytes.fromhex("08c379a0") + abi_encode(["string"], [text])
-    return b""
 
 
 class RpcChain(Chain):
@@ -475,6 +317,12 @@ class RpcChain(Chain):
     def logs(self, address: str, from_block: int, to_block: int | None = None) -> list[Log]:
         query = {"address": address, "fromBlock": hex(from_block), "toBlock": "latest" if to_block is None else hex(to_block)}
         return [self._log(entry) for entry in self.rpc("eth_getLogs", query)]
+
+    def transaction_input(self, tx_hash: bytes) -> bytes:
+        tx = self.rpc("eth_getTransactionByHash", "0x" + bytes(tx_hash).hex())
+        if tx is None:
+            raise ChainError(f"the chain has no transaction 0x{bytes(tx_hash).hex()}")
+        return _hex_bytes(tx["input"])
 
     def snapshot(self) -> Any:
         return self.rpc("evm_snapshot")

@@ -34,6 +34,7 @@ from .artifacts import load_artifact
 from .chain import Chain, RevertData
 from .records import (
     ClientRefunded,
+    LoggedEvent,
     ProviderPaid,
     NodeExited,
     NodeRegistered,
@@ -58,13 +59,14 @@ from .settlement_v2_referees import (
 )
 
 CONTRACT_NAME = "GavelSettlementV2"
+STEP_VERIFIER_CONTRACT_NAME = "OneStepVerifier"  # contracts.step_verifier's; GavelRefereesV2 opens its games
 
 # Gas limit of every transaction, by operation: about twice the most measured on the embedded
 # EVM (openJob 323k with a 400-byte spec, the game terms and the referee bond's lock, accept
 # 139k, commit 63k, reveal 82k at 11 entries and 1.33M at MAX_LIST, closeSeat 92k, settle 127k
 # for two seats and 655k for MAX_PROVIDERS, withdraw 31k). A limit costs nothing unless used; one too tight fails a move.
 GAS_LIMITS_V2: dict[str, int] = {
-    "deploy": 12_000_000,  # each of the four: the game, referee and demand modules, the contract
+    "deploy": 12_000_000,  # each of the five: OneStepVerifier, the game, referee and demand modules, the contract
     "register": 180_000,
     "addStake": 70_000,
     "beginUnbonding": 70_000,
@@ -136,6 +138,8 @@ class JobTerms(_FromAbi):
     gas_price_cap: int
     referee_fee: int
     witness_fee: int
+    # zero: no on-chain fourth level (openStepGame refuses); else protocol.element_specs.element_spec_root
+    element_spec_root: bytes = bytes(32)
 
     def __post_init__(self) -> None:
         _check_bytes32(self)
@@ -150,11 +154,12 @@ class JobTerms(_FromAbi):
 
     def economic_terms(self) -> EconomicTerms:
         """The fields `protocol.economics` reads."""
-        names = {f.name for f in fields(EconomicTerms)}
-        return EconomicTerms(**{n: getattr(self, n) for n in names})
+        names = {f.name for f in fields(EconomicTerms)} - {"on_chain_step"}
+        return EconomicTerms(**{n: getattr(self, n) for n in names},
+                             on_chain_step=self.element_spec_root != bytes(32))
 
 
-_TERMS_TYPE = "(uint64,bytes32,bool,bytes32,bytes32,uint64,uint32,uint32,uint32,uint32,uint64,uint64,uint16,uint16,uint32,uint128,uint128,uint64,uint128,uint128)"
+_TERMS_TYPE = "(uint64,bytes32,bool,bytes32,bytes32,uint64,uint32,uint32,uint32,uint32,uint64,uint64,uint16,uint16,uint32,uint128,uint128,uint64,uint128,uint128,bytes32)"
 
 
 @dataclass(frozen=True)
@@ -357,11 +362,14 @@ class SettlementV2(GameMovesV2, RefereeMovesV2, DemandMovesV2, Settlement):
         block_seconds: int = 12,
         max_interval_seconds: int = 3_600,
     ) -> SettlementV2:
-        """Deploys the three modules, then the contract with its immutables (the node rules, w and the
-        chain settings of section 3) and the modules' addresses: four transactions."""
+        """Deploys OneStepVerifier (the fourth level's), the three modules, then the contract with its
+        immutables (the node rules, w and the chain settings of section 3) and the modules' addresses:
+        five transactions."""
         account = account if account is not None else chain.accounts[0]
         node_rules = (unbonding_delay, min_stake, winner_share_bps)
-        modules = [_create(chain, account, name, (*node_rules, margin)) for name in (GAMES_CONTRACT_NAME, REFEREES_CONTRACT_NAME)]
+        verifier = _create(chain, account, STEP_VERIFIER_CONTRACT_NAME, ())
+        modules = [_create(chain, account, name, (*node_rules, margin, verifier))
+                   for name in (GAMES_CONTRACT_NAME, REFEREES_CONTRACT_NAME)]
         modules.append(_create(chain, account, DEMANDS_CONTRACT_NAME, (*node_rules, margin, block_seconds)))
         address = _create(chain, account, CONTRACT_NAME,
                           (*node_rules, margin, bandwidth, block_seconds, max_interval_seconds, *modules))
@@ -430,6 +438,32 @@ class SettlementV2(GameMovesV2, RefereeMovesV2, DemandMovesV2, Settlement):
         """keccak256(abi.encode(chainid, contract, client, nonce))."""
         return self._call("jobIdOf", client, nonce)[0]
 
+    def call_of(self, logged: LoggedEvent) -> tuple[str, tuple[Any, ...]]:
+        """(function name, arguments) of the transaction that emitted ``logged``: a reveal's whole
+        trace and a posted list live only in calldata (they are not copied into the logs)."""
+        return self.abi.decode_call(self.chain.transaction_input(logged.tx_hash))
+
+    def revealed_trace(self, logged: LoggedEvent) -> tuple[bytes, ...]:
+        """The trace a ``TraceRevealed`` event's transaction revealed (check it against the
+        event's root with `trace_root` before use: a contract calling ``reveal`` for its seat
+        would hide the list in its own calldata)."""
+        name, args = self.call_of(logged)
+        if name != "reveal":
+            raise ValueError(f"the transaction of this event called {name}, not reveal")
+        return tuple(bytes(h) for h in args[1])
+
+    def posted_list(self, logged: LoggedEvent) -> tuple[bytes, ...]:
+        """The list a ``ListPosted`` event's transaction posted (``postSteps`` or ``postNodes``),
+        checked against the event's root: a contract posting for its seat would hide the list in
+        its own calldata, and then the list cannot be read back here."""
+        name, args = self.call_of(logged)
+        if name not in ("postSteps", "postNodes"):
+            raise ValueError(f"the transaction of this event called {name}, not postSteps or postNodes")
+        posted = tuple(bytes(h) for h in args[1])
+        if list_root(list(posted)) != logged.event.list_root:
+            raise ValueError("the posted list's root is not the event's: it was posted through another contract")
+        return posted
+
     def chain_settings(self) -> ChainSettings:
         """The immutables `protocol.economics` reads."""
         return ChainSettings(margin=self.setting("MARGIN"), bandwidth=self.setting("BANDWIDTH"),
@@ -467,7 +501,8 @@ for _name in ("open_dispute", "lapse", "dispute", "dispute_count", "providers"):
 
 
 def abi_entries_v2() -> list[dict]:
-    """GavelSettlementV2's ABI with its modules' (reached through its fallback) appended, each entry once."""
+    """GavelSettlementV2's ABI with its modules' (reached through its fallback) appended, each entry once,
+    and OneStepVerifier's errors."""
     entries = list(load_artifact(CONTRACT_NAME).abi)
     seen = {_signature(e) for e in entries}
     for module in (GAMES_CONTRACT_NAME, REFEREES_CONTRACT_NAME, DEMANDS_CONTRACT_NAME):
@@ -475,6 +510,11 @@ def abi_entries_v2() -> list[dict]:
             if e["type"] in ("function", "event", "error") and _signature(e) not in seen:
                 seen.add(_signature(e))
                 entries.append(e)
+    # OneStepVerifier's errors, which a duel's opening or settlement passes on when the verifier refuses
+    for e in load_artifact(STEP_VERIFIER_CONTRACT_NAME).abi:
+        if e["type"] == "error" and _signature(e) not in seen:
+            seen.add(_signature(e))
+            entries.append(e)
     return entries
 
 

@@ -32,8 +32,8 @@ GAS_LIMITS_DEMANDS: dict[str, int] = {
     "releaseDemand": 150_000,
     "callWitness": 150_000,
     "drawWitness": 300_000,
-    "attestServed": 300_000,
-    "failDemand": 300_000,
+    "attestServed": 550_000,  # 262k served: MAX_DRAWS − 1 refusers charged, the demand recorded for reimbursement
+    "failDemand": 950_000,    # 460k: MAX_DRAWS refusers and MAX_REIMBURSED_DEMANDS demanders paid from the lock
     "timeoutWitness": 200_000,
 }
 
@@ -137,8 +137,19 @@ class DemandVoided(SettlementEvent):
     demand_id: bytes
 
 
+@dataclass(frozen=True)
+class DemandReimbursed(SettlementEvent):
+    """A forfeited seat's lock paid a demander back the D it paid for an item served only to a witness."""
+
+    EVENT_NAME = "DemandReimbursed"
+    job_id: bytes
+    seat: str
+    demander: str
+    amount: int
+
+
 DEMAND_EVENT_TYPES = (DataDemanded, DemandReleased, WitnessCalled, WitnessDrawn, DemandAttested, WitnessTimedOut,
-                      DemandFailed, DemandVoided)
+                      DemandFailed, DemandVoided, DemandReimbursed)
 
 
 class DemandMovesV2:
@@ -187,6 +198,7 @@ class DemandMovesV2:
 
 __all__ = [
     "BUNDLE", "DEMAND_EVENT_TYPES", "DEMANDS_CONTRACT_NAME", "DataDemanded", "DemandAttested", "DemandFailed",
-    "DemandInfo", "DemandMovesV2", "DemandReleased", "DemandStage", "DemandVoided", "GAS_LIMITS_DEMANDS",
+    "DemandInfo", "DemandMovesV2", "DemandReimbursed", "DemandReleased", "DemandStage", "DemandVoided",
+    "GAS_LIMITS_DEMANDS",
     "WitnessCalled", "WitnessDrawn", "WitnessTimedOut", "checkpoint_item",
 ]

@@ -12,6 +12,7 @@ module's ABI into its own. Records here mirror the module's structs and events.
     s.connect(seat).post_evidence(node_claim, evidence_hash)
     s.connect(client).rule(node_claim, defender_right, transcript_hash)   # settlement_v2_referees
     s.timeout(node_claim); s.timeout(claim); s.resolve_game(game)
+    s.settle_step_game(game_id)   # a duel of the fourth level (settlement_v2_referees' open_step_game), once decided
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ GAS_LIMITS_GAMES: dict[str, int] = {
     "postNodes": 3_000_000,   # 652k at N = 471
     "pickNode": 450_000,      # 210k
     "postEvidence": 160_000,  # 75k
-    "timeout": 1_500_000,
-    "resolveGame": 1_500_000,
-    "slashEquivocation": 250_000,
-    "slashContradiction": 200_000,
+    "timeout": 1_500_000,      # node, LostGame: 205k; 458k with MAX_REIMBURSED_DEMANDS demanders paid back
+    "resolveGame": 1_500_000,  # SilentDefender: 153k; 409k, the same
+    "slashEquivocation": 800_000,   # 388k with MAX_REIMBURSED_DEMANDS demanders paid back from the lock
+    "slashContradiction": 800_000,  # 381k, the same
+    "settleStepGame": 1_500_000,    # a won duel, the defender forfeiting: 0.21M (loops over the seats, as timeout)
 }
 
 
@@ -158,6 +160,18 @@ class BondForfeited(SettlementEvent):
 
 
 @dataclass(frozen=True)
+class StepGameSettled(SettlementEvent):
+    """A duel of the fourth level settled; `outcome` is OneStepVerifier's (protocol.step_game.OUTCOME_CODES)."""
+
+    EVENT_NAME = "StepGameSettled"
+    claim_id: bytes
+    id: int
+    outcome: int
+    challenger: str
+    defender: str
+
+
+@dataclass(frozen=True)
 class EquivocationSlashed(SettlementEvent):
     EVENT_NAME = "EquivocationSlashed"
     job_id: bytes
@@ -168,7 +182,7 @@ class EquivocationSlashed(SettlementEvent):
 
 
 GAME_EVENT_TYPES = (EquivocationSlashed, GameOpened, ClaimPicked, ClaimJoined, ListPosted, ListEndorsed, EvidencePosted,
-                    ClaimResolved, BondForfeited, PathReimbursed)
+                    ClaimResolved, BondForfeited, PathReimbursed, StepGameSettled)
 
 
 def _b32(value: bytes) -> bytes:
@@ -222,6 +236,10 @@ class GameMovesV2:
         """Ends a step or node claim whose deadlines passed (anyone)."""
         return self._transact("timeout", _b32(claim_id))
 
+    def settle_step_game(self, game_id: int):
+        """Settles a duel of the fourth level once OneStepVerifier decided it, or from its stepBy (anyone)."""
+        return self._transact("settleStepGame", game_id)
+
     def resolve_game(self, game_id: bytes):
         """Ends a game once its deadlines passed and its claims ended (anyone)."""
         return self._transact("resolveGame", _b32(game_id))
@@ -260,5 +278,5 @@ class GameMovesV2:
 __all__ = [
     "BondForfeited", "ClaimInfo", "EquivocationSlashed", "ClaimJoined", "ClaimPicked", "ClaimResolved", "ClaimStatus",
     "EvidencePosted", "GAME_EVENT_TYPES", "GAMES_CONTRACT_NAME", "GAS_LIMITS_GAMES", "GameMovesV2", "GameOpened",
-    "ListEndorsed", "ListPosted", "PathReimbursed", "NODE", "STEP", "INTERVAL",
+    "ListEndorsed", "ListPosted", "PathReimbursed", "NODE", "STEP", "INTERVAL", "StepGameSettled",
 ]

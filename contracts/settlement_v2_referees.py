@@ -9,6 +9,12 @@ sends their selectors there, every other one to GavelGamesV2); `SettlementV2` mi
     s.draw_referee(node_claim)                                               # from 3 blocks later
     s.connect(drawn).rule_appeal(node_claim, defender_right, transcript_hash)
     s.timeout_referee(node_claim)                                            # a silent referee's bond burned
+
+The fourth level (docs/onchain-step.md), on a job whose terms carry an elementSpecRoot:
+
+    opened = s.connect(auditor).open_step_game(node_claim, setup, proofs, defender)   # a duel on OneStepVerifier
+    game_id = opened.one(StepGameOpened).id          # played there (contracts.step_verifier), then
+    s.settle_step_game(game_id)                      # settlement_v2_games: the duel's money
 """
 
 from __future__ import annotations
@@ -16,10 +22,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from protocol.element_specs import StepGameProofs
+from protocol.step_game import StepSetup
+
 from .records import SettlementEvent, _FromAbi
 
 REFEREES_CONTRACT_NAME = "GavelRefereesV2"
-REFEREE_FUNCTIONS = ("rule", "appeal", "drawReferee", "ruleAppeal", "timeoutReferee", "getRuling")
+REFEREE_FUNCTIONS = ("rule", "appeal", "drawReferee", "ruleAppeal", "timeoutReferee", "getRuling", "openStepGame",
+                     "getStepGame", "getStepClaim")
 
 # Gas limits: about twice the most measured on the embedded EVM (scripts/bench_settlement.py);
 # a draw probes up to 8 registry entries.
@@ -29,6 +39,7 @@ GAS_LIMITS_REFEREES: dict[str, int] = {
     "drawReferee": 300_000,
     "ruleAppeal": 300_000,
     "timeoutReferee": 200_000,
+    "openStepGame": 1_000_000,  # OneStepVerifier's open, the spec and tensor proofs: 0.41M (mlp's relu), 0.42M (matmul)
 }
 
 
@@ -53,6 +64,26 @@ class RulingInfo(_FromAbi):
     appellant: str
     appeal_rule_by: int
     appeal_referee: str
+
+
+@dataclass(frozen=True)
+class StepGameInfo(_FromAbi):
+    """`getStepGame(id)`: a duel of the fourth level by OneStepVerifier's game id (zeros: not the settlement's)."""
+
+    claim_id: bytes
+    challenger: str
+    step_by: int
+    defender: str
+    settled: bool
+
+
+@dataclass(frozen=True)
+class StepClaimInfo(_FromAbi):
+    """`getStepClaim(claimId)`: a node claim's duels (zeros: none, the claim is the referees')."""
+
+    games: int
+    open: int
+    upheld: bool
 
 
 @dataclass(frozen=True)
@@ -128,8 +159,19 @@ class AppealSettled(SettlementEvent):
     burned: int
 
 
+@dataclass(frozen=True)
+class StepGameOpened(SettlementEvent):
+    EVENT_NAME = "StepGameOpened"
+    claim_id: bytes
+    id: int
+    challenger: str
+    defender: str
+    clock: int
+    step_by: int
+
+
 REFEREE_EVENT_TYPES = (ClaimRuled, RefereeDrawArmed, RefereeDrawn, RefereeTimedOut, RefereesExhausted, AppealOpened,
-                       AppealRuled, AppealSettled)
+                       AppealRuled, AppealSettled, StepGameOpened)
 
 
 def _b32(value: bytes) -> bytes:
@@ -161,6 +203,20 @@ class RefereeMovesV2:
         """Burns the bond of a referee past its allowance and arms the next draw (anyone)."""
         return self._transact("timeoutReferee", _b32(claim_id))
 
+    def open_step_game(self, claim_id: bytes, setup: StepSetup, proofs: StepGameProofs, defender: str):
+        """Opens a duel of the fourth level on the node claim against `defender` (a seat covering its node
+        list), locking B_node: `setup` is the game's (this claimant's output first), `proofs` place its
+        tensors in the node list and its spec in the terms' elementSpecRoot (`protocol.element_specs`)."""
+        return self._transact("openStepGame", _b32(claim_id), setup.as_abi(), proofs.as_abi(), defender)
+
+    def step_game(self, game_id: int) -> StepGameInfo:
+        (raw,) = self._call("getStepGame", game_id)
+        return StepGameInfo.from_abi(raw)
+
+    def step_claim(self, claim_id: bytes) -> StepClaimInfo:
+        (raw,) = self._call("getStepClaim", _b32(claim_id))
+        return StepClaimInfo.from_abi(raw)
+
     def ruling(self, claim_id: bytes) -> RulingInfo:
         (raw,) = self._call("getRuling", _b32(claim_id))
         return RulingInfo.from_abi(raw)
@@ -173,5 +229,6 @@ class RefereeMovesV2:
 __all__ = [
     "AppealOpened", "AppealRuled", "AppealSettled", "AppealStage", "ClaimRuled", "GAS_LIMITS_REFEREES",
     "REFEREE_EVENT_TYPES", "REFEREE_FUNCTIONS", "REFEREES_CONTRACT_NAME", "RefereeDrawArmed", "RefereeDrawn",
-    "RefereeMovesV2", "RefereeTimedOut", "RefereesExhausted", "RulingInfo",
+    "RefereeMovesV2", "RefereeTimedOut", "RefereesExhausted", "RulingInfo", "StepClaimInfo", "StepGameInfo",
+    "StepGameOpened",
 ]

@@ -41,6 +41,15 @@ class GameView:
     values: tuple[int, int]
 
 
+@dataclass(frozen=True)
+class ClockView:
+    """`clocks(id)`: each side's time left, when the current round began, who moved in it."""
+
+    clock: tuple[int, int]
+    turn_start: int
+    moved: tuple[bool, bool]
+
+
 class StepVerifier:
     """A deployed OneStepVerifier, sending as `account`."""
 
@@ -99,6 +108,10 @@ class StepVerifier:
         phase, outcome, depth, level, position, values = self._call("game", game_id)
         return GameView(PHASES[phase], OUTCOMES.get(outcome), depth, level, position, tuple(values))
 
+    def clocks(self, game_id: int) -> ClockView:
+        clock, turn_start, moved = self._call("clocks", game_id)
+        return ClockView(tuple(clock), turn_start, tuple(moved))
+
     def events(self, receipt: Receipt) -> list[tuple[str, dict[str, Any]]]:
         out = []
         for log in receipt.logs:
@@ -135,13 +148,18 @@ class PlayedGame:
 
 
 def play(verifier: StepVerifier, setup: StepSetup, players: Sequence[Any], accounts: Sequence[str], *,
-         clock: int = 3600, ruler: int | None = None, silent: Sequence[int] = ()) -> PlayedGame:
+         clock: int = 3600, ruler: int | None = None, silent: Sequence[int] = (),
+         game_id: int | None = None, rule: bool = True) -> PlayedGame:
     """Plays a whole fourth level on chain: open, both commits, the walk, then `rule` called by side
     `ruler`'s account (default: the first side not silent) with that side's openings. `players` are
     `protocol.step_game.StepPlayer`s (side 0 the challenger). A side in `silent` never moves; the other
-    then calls `timeout` once its clock has run out."""
-    game_id, receipt = verifier.open(setup, accounts[0], accounts[1], clock)
-    txs = [Transaction("open", None, receipt.gas_used)]
+    then calls `timeout` once its clock has run out. With `game_id`, the game was opened already (by
+    the settlement's openStepGame, with that `clock`): play it from its commits. With `rule` False
+    nobody rules: the game is left where the walk located the step."""
+    txs = []
+    if game_id is None:
+        game_id, receipt = verifier.open(setup, accounts[0], accounts[1], clock)
+        txs.append(Transaction("open", None, receipt.gas_used))
     active = [s for s in (0, 1) if s not in silent]
     ruler = active[0] if ruler is None and active else ruler
 
@@ -166,7 +184,7 @@ def play(verifier: StepVerifier, setup: StepSetup, players: Sequence[Any], accou
         view = verifier.game(game_id)
         if silent and view.phase == "Bisect":
             return timed_out()
-    if view.phase == "Located":
+    if view.phase == "Located" and rule:
         instr, proof, openings = players[ruler].ruling_arguments(view.position)
         r = verifier.connect(accounts[ruler]).rule(game_id, setup, instr, proof, openings)
         txs.append(Transaction("rule", None, r.gas_used))

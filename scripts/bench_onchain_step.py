@@ -33,7 +33,7 @@ import numpy as np
 
 from contracts.abi import ContractAbi
 from contracts.artifacts import load_artifact
-from contracts.chain import EmbeddedChain
+from contracts.embedded_chain import EmbeddedChain
 from protocol import chunk_tree as T
 from protocol import float64_steps as F
 from repops_cupy.hashing import hash_tensor

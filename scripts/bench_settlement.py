@@ -18,6 +18,9 @@ import statistics
 import time
 from collections import defaultdict
 
+import numpy as np
+from eth_utils import keccak as keccak_
+
 from contracts import (
     ETHER,
     GAS_LIMITS,
@@ -37,7 +40,6 @@ from contracts.settlement_v2_games import ClaimPicked, GameOpened
 from contracts.settlement_v2_referees import RefereeDrawn
 from protocol.economics import DRAW_DELAY
 from protocol.listtree import ListTree
-from eth_utils import keccak as keccak_
 
 RULING_PERIOD = 30
 DRAW_WINDOW = 255  # GavelRefereesV2.DRAW_WINDOW: blocks a draw's seed stays readable
@@ -152,7 +154,7 @@ def _h(label: str) -> bytes:
 
 
 def _v2_job(chain: Chain, gas: dict[str, int], interval_steps: int, graph_nodes: int, intervals: int = 10,
-            witness_fee: int = 0):
+            witness_fee: int = 0, element_spec_root: bytes = bytes(32)):
     """A one-seat version 2 job, revealed (each move's gas in `gas`); the client, seat and auditor
     registered. Returns (settlement, job id, the states of every step, the trace's ListTree)."""
     accounts = chain.accounts
@@ -174,7 +176,8 @@ def _v2_job(chain: Chain, gas: dict[str, int], interval_steps: int, graph_nodes:
         nonce=1, client_key=_h("client"), client_referees=True, spec_hash=keccak_(spec), initial_state=trace[0],
         steps=steps, checkpoint_every=interval_steps, graph_nodes=graph_nodes, step_millis=1_000, node_millis=100,
         state_bytes=10**6, evidence_bytes=10**5, providers_wanted=1, catch_bps=9_000, accept_window=100,
-        price=ETHER, provider_stake=ETHER, gas_price_cap=10**9, referee_fee=10**15, witness_fee=witness_fee)
+        price=ETHER, provider_stake=ETHER, gas_price_cap=10**9, referee_fee=10**15, witness_fee=witness_fee,
+        element_spec_root=element_spec_root)
     jid = tx("openJob", s.connect(client).open_job(terms, spec)).one(JobOpened).job_id
     tx("accept", s.connect(seat).accept(jid))
     tree = ListTree(trace)
@@ -184,9 +187,12 @@ def _v2_job(chain: Chain, gas: dict[str, int], interval_steps: int, graph_nodes:
 
 
 def _v2_dispute(chain: Chain, gas: dict[str, int], interval_steps: int, graph_nodes: int, intervals: int = 10,
-                picked_nodes: tuple[int, ...] = (0,)):
+                picked_nodes: tuple[int, ...] = (0,), outputs: list[bytes] | None = None,
+                element_spec_root: bytes = bytes(32)):
     """A one-seat version 2 job revealed and a dispute over its interval 0 played to the evidence of
-    one node claim per `picked_nodes` (one pick a level); each move's gas in `gas`.
+    one node claim per `picked_nodes` (one pick a level); each move's gas in `gas`. The seat's node
+    list of step 1 is `outputs` (made-up hashes by default) and the state after the step; with
+    `element_spec_root` the pick is left to the fourth level (no evidence posted).
     Returns (settlement, job id, game, step claim, node claims)."""
     seat, auditor = chain.accounts[2], chain.accounts[3]
 
@@ -194,19 +200,21 @@ def _v2_dispute(chain: Chain, gas: dict[str, int], interval_steps: int, graph_no
         gas[name] = result.gas_used
         return result
 
-    s, jid, states, tree = _v2_job(chain, gas, interval_steps, graph_nodes, intervals)
+    s, jid, states, tree = _v2_job(chain, gas, interval_steps, graph_nodes, intervals,
+                                   element_spec_root=element_spec_root)
     game = tx("openGame", s.connect(auditor).open_game(jid, tree.root, 0)).one(GameOpened).game_id
     interval = states[:interval_steps + 1]
     tx("postSteps", s.connect(seat).post_steps(game, interval, tree.proof(0).siblings, tree.proof(1).siblings))
     steps_tree = ListTree(interval)
     step = tx("pickStep", s.connect(auditor).pick_step(game, steps_tree.root, 1)).one(ClaimPicked).claim_id
-    nodes = [_h(f"node {n}") for n in range(graph_nodes)] + [states[1]]
+    nodes = (outputs or [_h(f"node {n}") for n in range(graph_nodes)]) + [states[1]]
     tx("postNodes", s.connect(seat).post_nodes(step, nodes, steps_tree.proof(1).siblings))
     claims = []
     for n in picked_nodes:
         claims.append(tx("pickNode", s.connect(auditor).pick_node(step, ListTree(nodes).root, n))
                       .one(ClaimPicked).claim_id)
-        tx("postEvidence", s.connect(seat).post_evidence(claims[-1], _h(f"evidence {n}")))
+        if element_spec_root == bytes(32):
+            tx("postEvidence", s.connect(seat).post_evidence(claims[-1], _h(f"evidence {n}")))
     return s, jid, game, step, claims
 
 
@@ -269,12 +277,73 @@ def bench_v2_referees(chain: Chain, referees: int = 5) -> dict[str, int]:
     return gas
 
 
+def bench_v2_step_game(chain: Chain, job: str, op: str) -> tuple[dict[str, int], str]:
+    """Gas of the fourth level through the settlement (docs/onchain-step.md) on `job`'s graph (its
+    element spec root in the terms): a one-seat job whose seat claims a wrong output element of the
+    first `op` node at step 1 (its trace wrong from a random step on); the auditor's dispute down to
+    that node, a duel opened on it, played on OneStepVerifier, settled, and the claims resolved."""
+    from contracts.settlement_v2_games import StepGameSettled
+    from contracts.settlement_v2_referees import StepGameOpened
+    from contracts.step_verifier import StepVerifier, play
+    from node.cli.train import load_training
+    from node.training_oracle import TrainingOracle
+    from protocol.element_specs import duel_proofs, duel_setup, element_spec_leaves, node_element_spec
+    from protocol.step_game import CHALLENGER_WON, StepPlayer, cheat_values, claimed_output
+    from protocol.step_programs import trace_element
+    from repops_cupy.hashing import canonical_array, hash_tensor
+
+    training = load_training(job, 1)
+    oracle = TrainingOracle(training)
+    values = [canonical_array(v) for v in oracle.step_values(1, oracle.state_before(1))]
+    graph = training.graph
+    n = next(node.id for node in graph.nodes if node.op == op)
+    inputs = [values[j] for j in graph.nodes[n].inputs]
+    element = values[n].size // 2
+    honest = trace_element(op, dict(graph.nodes[n].attrs), inputs, element)
+    wrong = cheat_values(honest.spec, element, inputs, honest.values, np.random.default_rng(0), "step")
+    claimed = claimed_output(values[n], element, wrong[-1])
+    outputs = [hash_tensor(v) for v in values]
+    outputs[n] = hash_tensor(claimed)
+    leaves = element_spec_leaves(graph)
+    gas: dict[str, int] = {}
+    s, jid, game, step, (node,) = _v2_dispute(
+        chain, gas, training.spec.checkpoint_interval, len(graph.nodes), picked_nodes=(n,), outputs=outputs,
+        element_spec_root=ListTree(leaves).root)
+    seat, auditor = chain.accounts[2], chain.accounts[3]
+    spec = node_element_spec(graph, n)
+    node_list = outputs + [_h("state 1")]  # the state after step 1, as _v2_job made it
+    setup = duel_setup(spec, element, node_list, hash_tensor(values[n]))
+    opened = s.connect(auditor).open_step_game(node, setup, duel_proofs(spec, node_list, leaves), seat)
+    gas["openStepGame"] = opened.gas_used
+    duel = opened.one(StepGameOpened)
+    players = (StepPlayer(setup, 0, honest.values, values[n], inputs), StepPlayer(setup, 1, wrong, claimed, inputs))
+    verifier = StepVerifier(chain, s.setting("STEP_VERIFIER"), auditor)
+    played = play(verifier, setup, players, (auditor, seat), clock=duel.clock, ruler=0, game_id=duel.id)
+    assert played.outcome == CHALLENGER_WON, played.outcome
+    for kind in ("commit", "reveal", "rule"):
+        moves = [t.gas for t in played.transactions if t.name == kind]
+        gas[f"verifier {kind} (largest)"] = max(moves, default=0)
+    gas["verifier game"] = played.total_gas
+    settled = s.settle_step_game(duel.id)
+    assert settled.one(StepGameSettled).outcome == 1
+    gas["settleStepGame"] = settled.gas_used
+    for name, claim in (("timeout node", node), ("timeout step", step), ("resolveGame", game)):
+        info = s.claim(claim)
+        chain.mine(max(info.answer_by + 2 * s.setting("MARGIN"), info.pick_until, chain.now() + 1))
+        gas[name] = (s.timeout(claim) if name != "resolveGame" else s.resolve_game(claim)).gas_used
+    path = ("openGame", "postSteps", "pickStep", "postNodes", "pickNode", "openStepGame")
+    gas["dispute to an on-chain ruling"] = sum(gas[n] for n in path) + gas["verifier game"]
+    gas["dispute settled"] = gas["dispute to an on-chain ruling"] + gas["settleStepGame"] + sum(
+        gas[n] for n in ("timeout node", "timeout step", "resolveGame"))
+    return gas, f"{op}, {spec.spec.length} steps: {played.rounds} rounds, {len(played.transactions)} verifier transactions"
+
+
 def bench_v2_demands(chain: Chain, witnesses: int = 5) -> dict[str, int]:
     """Gas of section 7 on a one-seat job: a demand released; a demand whose first witness refuses and
     second finds it served (one refuser charged); a demand whose witnesses time out and refuse to
     MAX_DRAWS, then failed (two refusers paid from the seat's lock)."""
     gas: dict[str, int] = {}
-    client, seat, auditor = chain.accounts[1], chain.accounts[2], chain.accounts[3]
+    seat, auditor = chain.accounts[2], chain.accounts[3]
     s, jid, _, _ = _v2_job(chain, {}, 20, 53, witness_fee=10**15)
     for i, account in enumerate(chain.accounts[4:4 + witnesses]):
         s.connect(account).register(_h(f"witness {i}"), Role.REFEREE, stake=10 * ETHER)
@@ -364,12 +433,23 @@ def main() -> None:
     for name in v2[next(iter(v2))]:
         limit = GAS_LIMITS_V2.get(name.split()[0], 0)
         print(f"{name:<22}" + "".join(f"{g[name]:>26,}" for g in v2.values()) + (f"{limit:>11,}" if limit else ""))
-    for title, gas in (("section 9 (mlp shape, five referees registered)", bench_v2_referees(EmbeddedChain())),
-                       ("section 7 (one seat, five witnesses registered)", bench_v2_demands(EmbeddedChain()))):
+    sections = [("section 9 (mlp shape, five referees registered)", bench_v2_referees(EmbeddedChain())),
+                ("section 7 (one seat, five witnesses registered)", bench_v2_demands(EmbeddedChain()))]
+    for op in ("relu", "matmul"):
+        gas, played = bench_v2_step_game(EmbeddedChain(), "scripts/jobs/mlp.toml", op)
+        sections.append((f"the fourth level through the settlement (mlp job; {played})", gas))
+    for title, gas in sections:
         print(f"\nversion 2, {title}: gas used, limit")
         for name, used in gas.items():
             limit = GAS_LIMITS_V2.get(name.split()[0], 0)
             print(f"{name:<46}{used:>11,}" + (f"{limit:>11,}" if limit else ""))
+
+    # a one-seat job that nobody disputes, from open to the seat's pay withdrawn
+    v1_path = sum(int(statistics.median(first.gas[n])) for n in ("openJob", "accept", "commit", "settle", "withdraw"))
+    mlp = v2[next(iter(v2))]
+    v2_path = sum(mlp[n] for n in ("openJob", "accept", "commit", "reveal", "settle", "withdraw"))
+    print(f"\nhappy-path job, one seat (open, accept, commit, reveal in version 2, settle, withdraw): "
+          f"version 1 {v1_path:,} gas, version 2 {v2_path:,} gas ({v2_path / v1_path:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -470,6 +470,7 @@ library Float64Step {
             if (code == 32) return max(a, b);
             if (code == 33) return canon32(_f32(a));
             if (code == 34) return uint64(int64(a) >> (b & 63));
+            if (code == 35) return a ^ b;
         }
         revert UnknownStep(code);
     }

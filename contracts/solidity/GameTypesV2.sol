@@ -48,6 +48,7 @@ struct GameParams {
     uint64 gasPriceCap;
     uint128 refereeFee;
     uint128 witnessFee;
+    bytes32 elementSpecRoot;
 }
 
 /// @notice Wei each move locks (section 8.5): protocol.economics.bonds computes the same.
@@ -98,4 +99,34 @@ struct SeatStatement {
     uint8 kind;
     uint64 index;
     bytes32 value;
+}
+
+/// @notice One duel of the fourth level (docs/onchain-step.md), OneStepVerifier's game `id` (the key):
+/// a claimant of node claim `claimId` (its author or a joiner) against one standing seat covering its
+/// node list. The outcome binds those two alone. `stepBy` is the latest the game may end: its two
+/// clocks and 2Δ for the ruling after them.
+struct StepGameRef {
+    bytes32 claimId;
+    address challenger;
+    uint64 stepBy;
+    address defender;
+    bool settled;
+}
+
+/// @notice A node claim's duels: how many were opened, how many are not settled yet, and whether a
+/// challenger won one (the claim is then upheld).
+struct StepClaim {
+    uint32 games;
+    uint32 open;
+    bool upheld;
+}
+
+/// @notice What openStepGame proves: the node list entries holding the node's inputs
+/// (`inputNodes`, each with its LibList proof), the defender's output (entry n), and the node's
+/// element spec against the job's elementSpecRoot.
+struct StepGameProofs {
+    uint32[] inputNodes;
+    bytes32[][] inputProofs;
+    bytes32[] outputProof;
+    bytes32[] specProof;
 }

@@ -25,6 +25,9 @@ import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 ///  - `failDemand` (anyone): no witness called by serveBy + Δ, no draw made in E_draw, or MAX_DRAWS
 ///    refusals. The seat forfeits S (`Unavailable`, no pay: the client gets p back at settle):
 ///    f_W + γ·G_attest to each refuser, w·S to the demander, the rest burned; D back.
+///  - A seat served only through a witness owes that demander D back from its lock if it forfeits
+///    in the job for any reason (`_witnessed`, the job's first MAX_REIMBURSED_DEMANDS such demands;
+///    paid before anything else the lock pays).
 ///  - A demand's end (but a failure) keeps the seat open to games for E_interval more, so the
 ///    demander can act on what it got; demands themselves open only in the seat's first window.
 ///  - Every bond is a lock of stake: the balance stays stakes + credits + escrow.
@@ -235,9 +238,11 @@ contract GavelDemandsV2 is SettlementStorageV2 {
         emit DemandFailed(demandId, seat);
         uint256 stake = _jobs[jobId].providerStake;
         _take(seat, stake);
-        // From the lock: each witness that fetched in vain its fee and gas, then w·S to the demander, the rest burned.
+        // From the lock: D to each demander it served only through a witness, each witness that fetched
+        // in vain its fee and gas, then w·S to the demander, the rest burned.
         uint256 fee = _gameParams[jobId].witnessFee + uint256(_gameParams[jobId].gasPriceCap) * GAS_ATTEST;
-        uint256 paid = _releaseRefusers(demandId, d, fee, stake);
+        uint256 paid = _reimburseDemanders(jobId, seat);
+        paid += _releaseRefusers(demandId, d, fee, stake - paid);
         uint256 toDemander = stake * WINNER_SHARE_BPS / BPS;
         if (toDemander > stake - paid) toDemander = stake - paid;
         _credits[d.demander] += toDemander;
@@ -316,6 +321,9 @@ contract GavelDemandsV2 is SettlementStorageV2 {
         uint256 calls = uint256(_gameParams[jobId].gasPriceCap) * GAS_CALL_WITNESS;
         // D = f_W + γ·(G_callWitness + G_attest): the seat's calls, the rest the witness's fee and its gas.
         _take(d.demander, bond);
+        // The demander gets D back from the seat's lock if the seat forfeits in this job after all.
+        bytes32[] storage witnessed = _witnessed[jobId];
+        if (witnessed.length < MAX_REIMBURSED_DEMANDS) witnessed.push(demandId);
         _credits[d.seat] += calls;
         _credits[msg.sender] += bond - calls;
         _unlock(jobId, msg.sender, bond);

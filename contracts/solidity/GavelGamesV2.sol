@@ -2,8 +2,9 @@
 pragma solidity 0.8.28;
 
 import {ForfeitReason, Job, JobStatus, Node, Seat, SeatStatus} from "./SettlementTypesV2.sol";
-import {Claim, ClaimStatus, GameBonds, GameParams, Ruling} from "./GameTypesV2.sol";
+import {Claim, ClaimStatus, GameBonds, GameParams, Ruling, StepClaim, StepGameRef} from "./GameTypesV2.sol";
 import {LibList} from "./LibList.sol";
+import {OneStepVerifier} from "./OneStepVerifier.sol";
 import {SeatStatementsV2} from "./SeatStatementsV2.sol";
 import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 
@@ -33,6 +34,13 @@ import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 ///    three between the authors of the interval, step and node claims (a share of the ruling
 ///    referee is burned instead), the rest burned; the client gets that seat's pay back at settle.
 ///  - Bonds are locks of the author's stake, so the contract's balance stays stakes + credits + escrow.
+///  - A node claim played on OneStepVerifier (GavelRefereesV2's `openStepGame`: duels, each a claimant
+///    against one covering seat) ends by the verifier's outcomes, never by a ruling: `settleStepGame`
+///    settles each duel once the verifier decided it or its `stepBy` passed. ChallengerWon: the defender
+///    forfeits (LostGame; the path's gas, w·S in thirds with the challenger as the node's finder), the
+///    challenger's B_node back. DefenderWon: that B_node to the defender. BothLost: the defender forfeits
+///    with nothing paid from its lock but the demanders, the B_node burned. Once every duel is settled and
+///    none may open, `timeout` ends the claim: upheld if a challenger won a duel, else failed.
 ///  - Equivocation (section 10) is `SeatStatementsV2`'s, inherited here for the same storage.
 contract GavelGamesV2 is SeatStatementsV2 {
     uint8 internal constant INTERVAL = 0;
@@ -42,6 +50,8 @@ contract GavelGamesV2 is SeatStatementsV2 {
 
     /// @notice Δ, as GavelSettlementV2's MARGIN.
     uint32 public immutable MARGIN;
+    /// @notice The OneStepVerifier the fourth level is played on (GavelRefereesV2's, checked by the settlement).
+    address public immutable STEP_VERIFIER;
     address private immutable SELF;
 
     /// @notice A game (its interval claim) was opened; the root's seats post steps lists before `stepsBy`.
@@ -60,6 +70,9 @@ contract GavelGamesV2 is SeatStatementsV2 {
     event PathReimbursed(bytes32 indexed claimId, uint256 amount);
     /// @notice A claim ended.
     event ClaimResolved(bytes32 indexed claimId, ClaimStatus outcome);
+    /// @notice A duel of the fourth level was settled from OneStepVerifier's `outcome` (its Outcome: 1
+    /// ChallengerWon, 2 DefenderWon, 3 BothLost).
+    event StepGameSettled(bytes32 indexed claimId, uint256 id, uint8 outcome, address challenger, address defender);
     /// @notice A failed claim's bond was paid out: `toReferee` to the referee, `toEach` to each covering seat.
     event BondForfeited(bytes32 indexed claimId, address indexed author, uint256 bond, uint256 toReferee, uint256 toEach, uint16 seats, uint256 burned);
     /// @notice The module was called directly: its moves run only on GavelSettlementV2's storage.
@@ -100,11 +113,18 @@ contract GavelGamesV2 is SeatStatementsV2 {
     error GameNoRuling(bytes32 claimId);
     /// @notice Claims under this one are still open.
     error GameChildrenOpen(uint32 openChildren);
+    /// @notice Duels of the fourth level on this node claim are not settled yet (settleStepGame first).
+    error GameStepGameOpen(bytes32 claimId);
+    /// @notice The settlement opened no duel with this OneStepVerifier game id.
+    error GameNoStepGame(uint256 id);
+    /// @notice The duel was settled already.
+    error GameStepGameSettled(uint256 id);
 
-    constructor(uint64 unbondingDelay, uint256 minNodeStake, uint16 winnerShareBps, uint32 margin)
+    constructor(uint64 unbondingDelay, uint256 minNodeStake, uint16 winnerShareBps, uint32 margin, address stepVerifier)
         SettlementStorageV2(unbondingDelay, minNodeStake, winnerShareBps)
     {
         MARGIN = margin;
+        STEP_VERIFIER = stepVerifier;
         SELF = address(this);
     }
 
@@ -230,8 +250,11 @@ contract GavelGamesV2 is SeatStatementsV2 {
         Claim storage step = _pickable(stepClaimId, STEP, nodeRoot);
         bytes32 gameId = step.gameId;
         bytes32 jobId = _jobOf(step);
-        // Entries 0..N-1 are node outputs; entry N is the proven state.
-        if (n >= _gameParams[jobId].graphNodes) revert GameInvalidIndex(n);
+        // Entries 0..N-1 are node outputs; entry N is the state after the step. Entry N is proven
+        // equal to the steps list's entry, but not to what the outputs make: a cheat that keeps every
+        // output and changes the state is wrong only there, so it can be picked (the referee rebuilds
+        // the state from the listed outputs by the program's state-outputs entry).
+        if (n > _gameParams[jobId].graphNodes) revert GameInvalidIndex(n);
         claimId = keccak256(abi.encode(gameId, NODE, nodeRoot, uint64(n)));
         Claim storage claim = _claims[claimId];
         if (claim.status != ClaimStatus.None) {
@@ -265,6 +288,39 @@ contract GavelGamesV2 is SeatStatementsV2 {
         _resolve(claimId, claim);
     }
 
+    /// @notice Settles a duel of the fourth level (anyone may call it) once OneStepVerifier decided it,
+    /// or from its `stepBy` on: a game the clocks let nobody rule is then timed out on the verifier, and
+    /// one located but not ruled is lost by both. The ruling is the contract's own execution: no appeal.
+    function settleStepGame(uint256 id) external viaSettlement nonReentrant {
+        StepGameRef storage duel = _stepGames[id];
+        // Only games the settlement opened count...
+        if (duel.claimId == bytes32(0)) revert GameNoStepGame(id);
+        // ... once.
+        if (duel.settled) revert GameStepGameSettled(id);
+        OneStepVerifier.Outcome outcome = _stepOutcome(id, duel.stepBy);
+        duel.settled = true;
+        bytes32 claimId = duel.claimId;
+        Claim storage claim = _claims[claimId];
+        bytes32 jobId = _jobOf(claim);
+        address challenger = duel.challenger;
+        address defender = duel.defender;
+        _stepClaims[claimId].open -= 1;
+        uint256 bond = _bonds(jobId).pickNode;
+        bool stands = _seats[jobId][defender].forfeit == ForfeitReason.None;
+        if (outcome == OneStepVerifier.Outcome.ChallengerWon) {
+            _stepClaims[claimId].upheld = true;
+            _unlock(jobId, challenger, bond);
+            if (stands) _forfeitLost(jobId, claimId, claim, defender, challenger, _pathCosts(jobId, claimId, claim));
+        } else {
+            _take(challenger, bond);
+            // The challenger's bond pays the defender that beat it; nobody, when both lost or it fell already.
+            if (outcome == OneStepVerifier.Outcome.DefenderWon && stands) _credits[defender] += bond;
+            else _burn(bond);
+            if (outcome == OneStepVerifier.Outcome.BothLost && stands) _forfeitLost(jobId, claimId, claim, defender, address(0), 0);
+        }
+        emit StepGameSettled(claimId, id, uint8(outcome), challenger, defender);
+    }
+
     /// @notice Ends a game (its interval claim) once its deadlines passed and its claims ended (anyone may call it).
     function resolveGame(bytes32 gameId) external viaSettlement nonReentrant {
         Claim storage game = _openClaim(gameId);
@@ -295,6 +351,21 @@ contract GavelGamesV2 is SeatStatementsV2 {
     }
 
     // ------------------------------------------------------------------ internals
+
+    /// The verifier's outcome of duel `id`; undecided, from `stepBy` on: both clocks are spent by then,
+    /// so a game in its commit or walk is timed out on the verifier, and one located but not ruled
+    /// (neither side handed in the step that would have won it) is lost by both.
+    function _stepOutcome(uint256 id, uint64 stepBy) private returns (OneStepVerifier.Outcome outcome) {
+        OneStepVerifier verifier = OneStepVerifier(STEP_VERIFIER);
+        OneStepVerifier.Phase phase;
+        (phase, outcome,,,,) = verifier.game(id);
+        if (outcome != OneStepVerifier.Outcome.None) return outcome;
+        // The players have until stepBy.
+        if (block.timestamp < stepBy) revert GameTooEarly(stepBy);
+        if (phase == OneStepVerifier.Phase.Located) return OneStepVerifier.Outcome.BothLost;
+        verifier.timeout(id);
+        (, outcome,,,,) = verifier.game(id);
+    }
 
     function _newClaim(
         Claim storage claim,
@@ -415,9 +486,16 @@ contract GavelGamesV2 is SeatStatementsV2 {
         bytes32 jobId = _jobOf(claim);
         // The owing seats have until answerBy.
         if (block.timestamp < claim.answerBy) revert GameTooEarly(claim.answerBy);
-        uint256 answered = _strikeSilent(jobId, claimId, claim);
+        StepClaim storage duels = _stepClaims[claimId];
         ClaimStatus outcome;
-        if (answered == 0) {
+        if (duels.games != 0) {
+            // Played on OneStepVerifier: every duel settled (each seat's fate is its own duel's, no
+            // evidence is owed), and none may open any more.
+            if (duels.open != 0) revert GameStepGameOpen(claimId);
+            uint64 duelsBy = claim.answerBy + 2 * MARGIN;
+            if (block.timestamp < duelsBy) revert GameTooEarly(duelsBy);
+            outcome = duels.upheld ? ClaimStatus.Upheld : ClaimStatus.Failed;
+        } else if (_strikeSilent(jobId, claimId, claim) == 0) {
             // Nobody defended the picked list.
             outcome = ClaimStatus.Upheld;
         } else if (claim.level == NODE) {
@@ -439,7 +517,8 @@ contract GavelGamesV2 is SeatStatementsV2 {
             _payBond(jobId, claimId, claim);
         } else {
             _unlock(jobId, claim.author, claim.bond);
-            if (outcome == ClaimStatus.Upheld && claim.level == NODE) _slashLosers(jobId, claimId, claim);
+            // A duel's loser forfeited when its duel was settled.
+            if (outcome == ClaimStatus.Upheld && claim.level == NODE && duels.games == 0) _slashLosers(jobId, claimId, claim);
         }
         if (claim.level == INTERVAL) {
             _jobs[jobId].openItems -= 1;
@@ -467,7 +546,7 @@ contract GavelGamesV2 is SeatStatementsV2 {
             if (seat.forfeit != ForfeitReason.None) continue;
             seat.forfeit = ForfeitReason.SilentDefender;
             emit SeatForfeited(jobId, account, ForfeitReason.SilentDefender);
-            _slashLock(jobId, account, _jobs[jobId].providerStake, claim.author);
+            _slashSeat(jobId, account, claim.author);
         }
     }
 
@@ -501,17 +580,11 @@ contract GavelGamesV2 is SeatStatementsV2 {
         return _owes(jobId, claim, account) && _seats[jobId][account].forfeit == ForfeitReason.None;
     }
 
-    /// An upheld node claim: each seat covering the node list forfeits S (LostGame). From the
-    /// forfeited locks, in order: the path's transactions and its first joiners' joins at γ (once
-    /// per claim), f_R to a drawn referee whose ruling stood, w·S per seat in thirds to the
-    /// authors of the interval, step and node claims (none to the party that ruled), the rest burned.
+    /// An upheld node claim: each seat covering the node list forfeits S (LostGame, `_forfeitLost`),
+    /// the path's reimbursements from the first lock.
     function _slashLosers(bytes32 jobId, bytes32 claimId, Claim storage claim) private {
-        address ruler = _rulings[claimId].ruler;
         uint256 owed;
         bool costed;
-        uint256 stake = _jobs[jobId].providerStake;
-        uint256 third = stake * WINNER_SHARE_BPS / BPS / 3;
-        address[3] memory finders = [_claims[claim.gameId].author, _claims[claim.parent].author, claim.author];
         address[] storage seats = _seatsOf[jobId];
         for (uint256 i; i < seats.length; ++i) {
             address account = seats[i];
@@ -519,26 +592,50 @@ contract GavelGamesV2 is SeatStatementsV2 {
             if (!costed) {
                 // Paid only where a lock pays for it (a second claim on a sunk list finds none).
                 costed = true;
-                owed = _pathCosts(jobId, claimId, claim, ruler);
+                owed = _pathCosts(jobId, claimId, claim);
             }
-            _seats[jobId][account].forfeit = ForfeitReason.LostGame;
-            emit SeatForfeited(jobId, account, ForfeitReason.LostGame);
-            _take(account, stake);
-            // Reimbursements first: S·(1 − w) covers them (openJob checks it).
-            uint256 paid = owed < stake ? owed : stake;
-            owed -= paid;
+            owed = _forfeitLost(jobId, claimId, claim, account, claim.author, owed);
+        }
+    }
+
+    /// `account` forfeits its lock S (LostGame). From it, in order: D to each demander it served only
+    /// through a witness (section 7), up to `owed` of the path's reimbursements, w·S in thirds to the
+    /// authors of the game and of the step claim and to `finder` (none to the party that ruled); the
+    /// rest burned. No `finder` (a duel both sides lost): the demanders alone. Returns what is still owed.
+    function _forfeitLost(bytes32 jobId, bytes32 claimId, Claim storage claim, address account, address finder, uint256 owed)
+        private
+        returns (uint256)
+    {
+        uint256 stake = _jobs[jobId].providerStake;
+        _seats[jobId][account].forfeit = ForfeitReason.LostGame;
+        emit SeatForfeited(jobId, account, ForfeitReason.LostGame);
+        _take(account, stake);
+        // Reimbursements first, the demanders it served through a witness, then the path's:
+        // S·(1 − w) covers them (openJob checks it).
+        uint256 paid = _reimburseDemanders(jobId, account);
+        uint256 path = owed < stake - paid ? owed : stake - paid;
+        owed -= path;
+        paid += path;
+        if (finder != address(0)) {
+            address ruler = _rulings[claimId].ruler;
+            uint256 third = stake * WINNER_SHARE_BPS / BPS / 3;
+            address[3] memory finders = [_claims[claim.gameId].author, _claims[claim.parent].author, finder];
             for (uint256 j; j < 3; ++j) {
                 if (finders[j] == ruler || paid + third > stake) continue;
                 _credits[finders[j]] += third;
                 paid += third;
             }
-            emit StakeSlashed(jobId, account, stake, claim.author, paid, stake - paid);
-            _burn(stake - paid);
         }
+        emit StakeSlashed(jobId, account, stake, finder, paid, stake - paid);
+        _burn(stake - paid);
+        return owed;
     }
 
-    /// Credits the path's reimbursements and a drawn ruling referee's fee; returns their sum.
-    function _pathCosts(bytes32 jobId, bytes32 claimId, Claim storage claim, address ruler) private returns (uint256 owed) {
+    /// Credits the path's reimbursements and a drawn ruling referee's fee, once per node claim; returns their sum.
+    function _pathCosts(bytes32 jobId, bytes32 claimId, Claim storage claim) private returns (uint256 owed) {
+        // A second duel won on the claim finds them paid.
+        if (claim.reimbursed) return 0;
+        address ruler = _rulings[claimId].ruler;
         owed = _reimburse(jobId, claim.gameId, ruler) + _reimburse(jobId, claim.parent, ruler)
             + _reimburse(jobId, claimId, ruler);
         address feeTo = _feeTo(claimId);

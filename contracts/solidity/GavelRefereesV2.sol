@@ -2,7 +2,9 @@
 pragma solidity 0.8.28;
 
 import {ForfeitReason} from "./SettlementTypesV2.sol";
-import {AppealStage, Claim, ClaimStatus, Ruling} from "./GameTypesV2.sol";
+import {AppealStage, Claim, ClaimStatus, Ruling, StepClaim, StepGameProofs, StepGameRef} from "./GameTypesV2.sol";
+import {LibList} from "./LibList.sol";
+import {OneStepVerifier} from "./OneStepVerifier.sol";
 import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 
 /// @title GavelRefereesV2
@@ -30,11 +32,22 @@ import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 ///    first referee's bond the appellant's gas at γ, then f_R to the appeal referee, the rest
 ///    burned; the first referee's fee is forfeited (`overturned`). Every bond is a lock of
 ///    stake: the balance stays stakes + credits + escrow.
+///  - The fourth level (docs/onchain-step.md): on a job with an `elementSpecRoot`, a claimant of a
+///    node claim (its author or a joiner) may `openStepGame`, a duel against one standing seat
+///    covering the node list on OneStepVerifier: the node's element spec is proven against that
+///    root, the inputs' and the defender's output tensor hashes against the node list. The outcome
+///    of a duel binds its two players alone (a seat could throw a game for its co-defenders, a
+///    front-running author for the joiners): each claimant may duel each defender, with B_node of
+///    its own stake at risk. The first duel comes before evidenceBy and before any ruling; from then
+///    on no referee moves on the claim, and duels open until 2Δ after evidenceBy (a switch at the
+///    last second leaves every claimant 2Δ). GavelGamesV2's `settleStepGame` settles each duel.
 contract GavelRefereesV2 is SettlementStorageV2 {
     uint8 internal constant NODE = 2;
 
     /// @notice Δ, as GavelSettlementV2's MARGIN (checked by its constructor).
     uint32 public immutable MARGIN;
+    /// @notice The OneStepVerifier the fourth level is played on.
+    address public immutable STEP_VERIFIER;
     address private immutable SELF;
 
     /// @notice The referee ruled a node claim; anyone but it may appeal before `appealBy`.
@@ -55,6 +68,10 @@ contract GavelRefereesV2 is SettlementStorageV2 {
     /// gave up `amount`: to the appellant, the appeal referee, the side the ruling favoured, and burned.
     event AppealSettled(bytes32 indexed claimId, address indexed loser, uint256 amount, uint256 toAppellant,
         uint256 toReferee, uint256 toFavoured, uint256 burned);
+    /// @notice A claimant opened a duel of the fourth level on OneStepVerifier (game `id`): each side's
+    /// clock is `clock` seconds, and the game ends by `stepBy` (settleStepGame from then on at the latest).
+    event StepGameOpened(bytes32 indexed claimId, uint256 id, address challenger, address defender, uint64 clock,
+        uint64 stepBy);
 
     /// @notice The module was called directly: its calls run only on GavelSettlementV2's storage.
     error RefereeDirectCall();
@@ -88,11 +105,32 @@ contract GavelRefereesV2 is SettlementStorageV2 {
     error RefereeNoneHolds(bytes32 claimId);
     /// @notice No appeal of this claim is open.
     error RefereeNoAppeal(bytes32 claimId);
+    /// @notice The claim is played on OneStepVerifier: no referee moves on it.
+    error RefereeStepGame(bytes32 claimId);
+    /// @notice The job's terms have no elementSpecRoot: its disputes have no on-chain fourth level.
+    error StepGameNotOffered(bytes32 jobId);
+    /// @notice Only the claim's author and its joiners open duels on it.
+    error StepGameNotAClaimant(address account);
+    /// @notice The defender named is not a standing seat covering the claim's node list.
+    error StepGameNotADefender(address account);
+    /// @notice This claimant already opened a duel against this defender on the claim.
+    error StepGameAlreadyOpen(address challenger, address defender);
+    /// @notice The node claimed is the state entry (N), which has no element program.
+    error StepGameNotAnOperator(uint32 node);
+    /// @notice An input is not an earlier entry of the node list, or its hash is not that entry.
+    error StepGameBadInput(uint256 input);
+    /// @notice The defender's output hash is not the node list's entry for the node.
+    error StepGameBadOutput();
+    /// @notice The element spec is not the job's elementSpecRoot entry for the node.
+    error StepGameBadSpecProof();
+    /// @notice The element named is not in the defender's output tensor (nobody could commit to it).
+    error StepGameBadElement(uint64 element);
 
-    constructor(uint64 unbondingDelay, uint256 minNodeStake, uint16 winnerShareBps, uint32 margin)
+    constructor(uint64 unbondingDelay, uint256 minNodeStake, uint16 winnerShareBps, uint32 margin, address stepVerifier)
         SettlementStorageV2(unbondingDelay, minNodeStake, winnerShareBps)
     {
         MARGIN = margin;
+        STEP_VERIFIER = stepVerifier;
         SELF = address(this);
     }
 
@@ -106,7 +144,7 @@ contract GavelRefereesV2 is SettlementStorageV2 {
 
     /// @notice The first verdict on a node claim, by the referee holding it: whether the defenders' output is right.
     function rule(bytes32 claimId, bool defenderRight, bytes32 transcriptHash) external viaSettlement nonReentrant {
-        (Claim storage claim, bytes32 jobId) = _openNodeClaim(claimId);
+        (Claim storage claim, bytes32 jobId) = _refereeClaim(claimId);
         // One first ruling a claim; only an appeal changes it.
         if (claim.ruled) revert RefereeAlreadyRuled(claimId);
         // The referee recomputes from the evidence...
@@ -129,7 +167,7 @@ contract GavelRefereesV2 is SettlementStorageV2 {
 
     /// @notice Appeals the claim's ruling, locking A; the appeal referee's draw is armed at this block.
     function appeal(bytes32 claimId) external viaSettlement nonReentrant {
-        (Claim storage claim, bytes32 jobId) = _openNodeClaim(claimId);
+        (Claim storage claim, bytes32 jobId) = _refereeClaim(claimId);
         Ruling storage r = _rulings[claimId];
         // Only a ruling can be appealed...
         if (!claim.ruled) revert RefereeNotRuled(claimId);
@@ -152,7 +190,7 @@ contract GavelRefereesV2 is SettlementStorageV2 {
 
     /// @notice Draws the referee a claim (or its appeal) lacks, or arms the draw (anyone may call it).
     function drawReferee(bytes32 claimId) external viaSettlement nonReentrant {
-        (Claim storage claim, bytes32 jobId) = _openNodeClaim(claimId);
+        (Claim storage claim, bytes32 jobId) = _refereeClaim(claimId);
         Ruling storage r = _rulings[claimId];
         bool appealing = r.appeal == AppealStage.Open;
         bool needed = appealing
@@ -193,7 +231,7 @@ contract GavelRefereesV2 is SettlementStorageV2 {
 
     /// @notice The appeal referee's verdict, final: upholds or overturns the first ruling and settles the appeal's money.
     function ruleAppeal(bytes32 claimId, bool defenderRight, bytes32 transcriptHash) external viaSettlement nonReentrant {
-        (Claim storage claim, bytes32 jobId) = _openNodeClaim(claimId);
+        (Claim storage claim, bytes32 jobId) = _refereeClaim(claimId);
         Ruling storage r = _rulings[claimId];
         // Only an open appeal is ruled...
         if (r.appeal != AppealStage.Open) revert RefereeNoAppeal(claimId);
@@ -219,7 +257,7 @@ contract GavelRefereesV2 is SettlementStorageV2 {
     /// @notice Burns the bond of a referee (the client, a drawn one, an appeal's) whose allowance
     /// passed without a ruling and arms the next draw (anyone may call it).
     function timeoutReferee(bytes32 claimId) external viaSettlement nonReentrant {
-        (Claim storage claim, bytes32 jobId) = _openNodeClaim(claimId);
+        (Claim storage claim, bytes32 jobId) = _refereeClaim(claimId);
         Ruling storage r = _rulings[claimId];
         bool appealing = r.appeal == AppealStage.Open;
         address silent;
@@ -253,7 +291,52 @@ contract GavelRefereesV2 is SettlementStorageV2 {
         _afterDraw(claimId, claim, r, jobId);
     }
 
+    // ------------------------------------------------------------------ the fourth level
+
+    /// @notice Opens a duel of the fourth level on node claim `claimId`: the caller (its author or a
+    /// joiner) against `defender`, a standing seat covering the node list, played on OneStepVerifier.
+    /// `setup` names the element and carries the inputs' tensor hashes (entries `proofs.inputNodes` of
+    /// the node list), the caller's claimed output (outputs[0]) and the defender's (the list's entry for
+    /// the node); with those roots and the element zeroed it is the job's element spec of the node,
+    /// proven against elementSpecRoot. Locks B_node of the caller's stake. Returns the game's id.
+    function openStepGame(
+        bytes32 claimId,
+        OneStepVerifier.Setup calldata setup,
+        StepGameProofs calldata proofs,
+        address defender
+    ) external viaSettlement nonReentrant returns (uint256 id) {
+        (Claim storage claim, bytes32 jobId) = _openNodeClaim(claimId);
+        _checkDuel(claimId, claim, jobId, defender);
+        uint32 graphNodes = _gameParams[jobId].graphNodes;
+        // Entry N is the state after the step: no operator, no element program.
+        if (claim.index >= graphNodes) revert StepGameNotAnOperator(claim.index);
+        _checkTensors(claim.listRoot, graphNodes + 1, claim.index, setup, proofs);
+        _checkSpec(_gameParams[jobId].elementSpecRoot, graphNodes, claim.index, setup, proofs.inputNodes, proofs.specProof);
+        _lock(_activeNode(msg.sender), msg.sender, _bonds(jobId).pickNode);
+        // Each side's clock: E_rule to trace the element, then Δ for its commit and each reveal.
+        uint64 clock = uint64(_jobs[jobId].allowed.rule) + uint64(_depth(setup.length) + 1) * MARGIN;
+        // Both clocks bound the game; the ruling comes within 2Δ after them.
+        uint64 stepBy = uint64(block.timestamp) + 2 * clock + 2 * MARGIN;
+        id = OneStepVerifier(STEP_VERIFIER).open(setup, msg.sender, defender, clock);
+        _dueled[keccak256(abi.encode(claimId, msg.sender, defender))] = true;
+        _stepGames[id] = StepGameRef(claimId, msg.sender, stepBy, defender, false);
+        StepClaim storage duels = _stepClaims[claimId];
+        duels.games += 1;
+        duels.open += 1;
+        emit StepGameOpened(claimId, id, msg.sender, defender, clock, stepBy);
+    }
+
     // ------------------------------------------------------------------ views
+
+    /// @notice A duel of the fourth level, by OneStepVerifier's game id (all zero when the settlement did not open it).
+    function getStepGame(uint256 id) external view returns (StepGameRef memory) {
+        return _stepGames[id];
+    }
+
+    /// @notice A node claim's duels (all zero when it has none).
+    function getStepClaim(bytes32 claimId) external view returns (StepClaim memory) {
+        return _stepClaims[claimId];
+    }
 
     /// @notice The referees of a node claim (all zero before any ruling or draw).
     function getRuling(bytes32 claimId) external view returns (Ruling memory) {
@@ -269,6 +352,84 @@ contract GavelRefereesV2 is SettlementStorageV2 {
         // ... that have not ended.
         if (claim.status != ClaimStatus.Open) revert RefereeClaimClosed(claimId);
         jobId = _claims[claim.gameId].parent;
+    }
+
+    /// An open node claim that referees may still move on.
+    function _refereeClaim(bytes32 claimId) private view returns (Claim storage claim, bytes32 jobId) {
+        (claim, jobId) = _openNodeClaim(claimId);
+        // The fourth level's ruling is the verifier's execution: nobody rules over it.
+        if (_stepClaims[claimId].games != 0) revert RefereeStepGame(claimId);
+    }
+
+    /// Whether the caller may open a duel against `defender` on the claim now.
+    function _checkDuel(bytes32 claimId, Claim storage claim, bytes32 jobId, address defender) private view {
+        // The terms offer the fourth level...
+        if (_gameParams[jobId].elementSpecRoot == bytes32(0)) revert StepGameNotOffered(jobId);
+        // ... to the claim's own claimants...
+        if (msg.sender != claim.author && !_joined[claimId][msg.sender]) revert StepGameNotAClaimant(msg.sender);
+        // ... against a seat standing behind the picked node list, one duel a pair.
+        if (!_defends(jobId, claim, defender)) revert StepGameNotADefender(defender);
+        if (_dueled[keccak256(abi.encode(claimId, msg.sender, defender))]) revert StepGameAlreadyOpen(msg.sender, defender);
+        uint64 closes = claim.answerBy + 2 * MARGIN;
+        if (_stepClaims[claimId].games == 0) {
+            // A ruled claim keeps its appeal path...
+            if (claim.ruled) revert RefereeAlreadyRuled(claimId);
+            // ... and the switch comes while the defenders may still answer, so 2Δ are left to every claimant.
+            closes = claim.answerBy;
+        }
+        if (block.timestamp >= closes) revert RefereeDeadlinePassed(closes);
+    }
+
+    /// The inputs' and the defender's output tensor hashes are entries of the picked node list: the
+    /// inputs earlier entries (what the defender itself holds before node n), the output entry n; and
+    /// the element is one that output holds (else neither side could commit, and both would lose).
+    function _checkTensors(
+        bytes32 listRoot,
+        uint256 size,
+        uint32 n,
+        OneStepVerifier.Setup calldata setup,
+        StepGameProofs calldata proofs
+    ) private pure {
+        uint256 count = setup.inputs.length;
+        if (proofs.inputNodes.length != count || proofs.inputProofs.length != count) revert StepGameBadInput(count);
+        for (uint256 i; i < count; ++i) {
+            uint32 m = proofs.inputNodes[i];
+            if (m >= n || !LibList.verify(listRoot, setup.inputs[i].root, size, m, proofs.inputProofs[i])) {
+                revert StepGameBadInput(i);
+            }
+        }
+        OneStepVerifier.Tensor calldata out = setup.outputs[1];
+        if (!LibList.verify(listRoot, out.root, size, n, proofs.outputProof)) revert StepGameBadOutput();
+        if (out.item == 0 || uint256(out.header) + (uint256(setup.element) + 1) * out.item > out.size) {
+            revert StepGameBadElement(setup.element);
+        }
+    }
+
+    /// The setup less its roots and element is entry n of the job's element specs: what every party
+    /// derived from the committed graph at openJob (program, shapes, views, the tensors' layouts, the
+    /// node list entries the inputs are).
+    function _checkSpec(
+        bytes32 specRoot,
+        uint32 graphNodes,
+        uint32 n,
+        OneStepVerifier.Setup calldata setup,
+        uint32[] calldata inputNodes,
+        bytes32[] calldata specProof
+    ) private pure {
+        OneStepVerifier.Setup memory spec = setup;
+        spec.element = 0;
+        for (uint256 i; i < spec.inputs.length; ++i) {
+            spec.inputs[i].root = 0;
+        }
+        spec.outputs[0].root = 0;
+        spec.outputs[1].root = 0;
+        bytes32 leaf = keccak256(abi.encode(spec, inputNodes));
+        if (!LibList.verify(specRoot, leaf, graphNodes, n, specProof)) revert StepGameBadSpecProof();
+    }
+
+    /// ⌈log2 length⌉: the levels of a trace tree (OneStepVerifier's depth).
+    function _depth(uint256 length) private pure returns (uint256 d) {
+        while ((uint256(1) << d) < length) ++d;
     }
 
     /// Who may rule the claim at the first level now: its drawn referee, else the client while it may.

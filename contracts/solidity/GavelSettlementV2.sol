@@ -70,7 +70,8 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
 
     /// @notice The claim game module (sections 8 and 10), run by delegatecall on this contract's storage.
     address public immutable GAMES;
-    /// @notice The referee module (section 9: rule, drawReferee, appeal, ruleAppeal, timeoutReferee, getRuling).
+    /// @notice The referee module (section 9: rule, drawReferee, appeal, ruleAppeal, timeoutReferee, getRuling;
+    /// the fourth level's openStepGame, getStepGame, getStepClaim).
     address public immutable REFEREES;
     /// @notice The availability module (section 7: demands of data and their witnesses).
     address public immutable DEMANDS;
@@ -132,7 +133,8 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
     error JobTooLong(uint256 seconds_);
     /// @notice The seat stake is not above S_min of section 11.
     error JobStakeBelowMinimum(uint256 stake, uint256 minimum);
-    /// @notice S·(1 − w) is below γ·(G_path + MAX_JOINERS·G_join) + f_R, what a won path is owed.
+    /// @notice S·(1 − w) is below γ·(G_path + MAX_JOINERS·G_join) + f_R + MAX_REIMBURSED_DEMANDS·D, what a
+    /// won path and the demanders served through a witness are owed.
     error JobStakeBelowReimbursements(uint256 stake, uint256 owed);
     /// @notice The deadline for this move has passed.
     error JobDeadlinePassed(uint64 deadline);
@@ -190,6 +192,10 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
         _checkModule(demands);
         // The witness's draw deadline reads the block time.
         if (GavelDemandsV2(demands).BLOCK_SECONDS() != blockSeconds) revert SettlementModuleMismatch(demands);
+        // The fourth level's duels are opened on one verifier and settled from the same.
+        if (GavelRefereesV2(games).STEP_VERIFIER() != GavelRefereesV2(referees).STEP_VERIFIER()) {
+            revert SettlementModuleMismatch(games);
+        }
         GAMES = games;
         REFEREES = referees;
         DEMANDS = demands;
@@ -202,6 +208,8 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
         address module = selector == GavelRefereesV2.rule.selector || selector == GavelRefereesV2.appeal.selector
             || selector == GavelRefereesV2.drawReferee.selector || selector == GavelRefereesV2.ruleAppeal.selector
             || selector == GavelRefereesV2.timeoutReferee.selector || selector == GavelRefereesV2.getRuling.selector
+            || selector == GavelRefereesV2.openStepGame.selector || selector == GavelRefereesV2.getStepGame.selector
+            || selector == GavelRefereesV2.getStepClaim.selector
             ? REFEREES
             : GAMES;
         if (
@@ -243,13 +251,15 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
         // The spec in the transaction is the one the terms name.
         if (keccak256(spec) != terms.specHash) revert JobWrongSpec(terms.specHash);
         uint32 traceLength = _checkShape(terms);
-        Allowances memory a = _allowances(terms);
+        Allowances memory a = _allowances(terms, traceLength - 1);
         uint256 least = _minStake(terms);
         // The stake makes a cheat the client's sampling misses lose money (section 11).
         if (terms.providerStake < least) revert JobStakeBelowMinimum(terms.providerStake, least);
         uint256 owed = uint256(terms.gasPriceCap) * (GAS_OPEN_GAME + GAS_PICK_STEP + GAS_PICK_NODE + GAS_RESOLVE
-            + MAX_JOINERS * GAS_JOIN) + terms.refereeFee;
-        // A lost seat's S·(1 − w) pays a won path's gas and the referee fee (section 8.5).
+            + MAX_JOINERS * GAS_JOIN + MAX_REIMBURSED_DEMANDS * (GAS_CALL_WITNESS + GAS_ATTEST)) + terms.refereeFee
+            + MAX_REIMBURSED_DEMANDS * terms.witnessFee;
+        // A lost seat's S·(1 − w) pays a won path's gas, the referee fee and the D of the demanders it
+        // served through a witness (sections 7, 8.5): the finders' w·S stays whole.
         if (uint256(terms.providerStake) * (BPS - WINNER_SHARE_BPS) < owed * BPS) {
             revert JobStakeBelowReimbursements(terms.providerStake, owed);
         }
@@ -265,9 +275,10 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
         job.termsHash = keccak256(abi.encode(terms));
         job.initialState = terms.initialState;
         job.allowed = JobAllowances(a.train, a.replay, a.interval, a.xferState, a.xferEvidence, a.rule, a.demand, a.game);
-        job.finalBy = job.acceptBy + a.train + a.reveal + a.replay + a.demand + a.game;
+        // A demand's end reopens its seat to games for E_interval (section 7): the bound counts it.
+        job.finalBy = job.acceptBy + a.train + a.reveal + a.replay + a.demand + a.interval + a.game;
         _gameParams[jobId] = GameParams(terms.steps, terms.checkpointEvery, terms.graphNodes, terms.gasPriceCap, terms.refereeFee,
-            terms.witnessFee);
+            terms.witnessFee, terms.elementSpecRoot);
         if (terms.clientReferees) {
             // P + w·S·n: more than a client gains from one false ruling against every seat (section 9).
             uint256 bond = _refereeBondOf(job);
@@ -467,7 +478,7 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
 
     /// @notice The allowances of section 3 for these terms (reverts where openJob would refuse them).
     function allowancesOf(JobTerms calldata terms) external view returns (Allowances memory) {
-        return _allowances(terms);
+        return _allowances(terms, _checkShape(terms) - 1);
     }
 
     /// @notice The least seat stake for these terms: the smallest integer above p·(1 − p*)/(p*·(1 − w)).
@@ -545,7 +556,8 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
         return (size + BANDWIDTH - 1) / BANDWIDTH + 2 * uint256(MARGIN);
     }
 
-    function _allowances(JobTerms calldata t) private view returns (Allowances memory a) {
+    /// `intervals` is C = ⌈T/k⌉.
+    function _allowances(JobTerms calldata t, uint256 intervals) private view returns (Allowances memory a) {
         uint256 delta = MARGIN;
         uint256 intervalWork = _work(t.checkpointEvery, t.stepMillis);
         // One answer never needs more than the chain's bound on an interval's recompute.
@@ -556,7 +568,16 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
         uint256 rule = _work(1, t.nodeMillis) + xferEvidence;
         uint256 draw = DRAW_DELAY * BLOCK_SECONDS + delta;
         uint256 demand = xferState + delta + MAX_DRAWS * (draw + 2 * xferState);
-        uint256 game = 6 * delta + 2 * intervalWork + replay + xferEvidence + 2 * MAX_DRAWS * (draw + rule) + rule;
+        // The root's recompute queue (section 8.4) holds up to C intervals, each rounded up on its own.
+        uint256 queue = intervals * intervalWork + 2 * delta;
+        uint256 ruling = 2 * MAX_DRAWS * (draw + rule) + rule;
+        // A refereeing client's own E_rule comes before the MAX_DRAWS drawn first-level referees (section 9).
+        if (t.clientReferees) ruling += rule;
+        // The fourth level instead (docs/onchain-step.md): duels open until 2Δ after evidenceBy, each
+        // ends 2·clock + 2Δ after it opened, a clock E_rule + Δ for the commit and each reveal.
+        uint256 duel = 2 * delta + 2 * (rule + (MAX_STEP_DEPTH + 1) * delta) + 2 * delta;
+        if (t.elementSpecRoot != bytes32(0) && duel > ruling) ruling = duel;
+        uint256 game = 6 * delta + 2 * intervalWork + queue + xferEvidence + ruling;
         // The longest allowances (every other is below one of them) fit their 32 bits.
         if (demand > type(uint32).max) revert JobTooLong(demand);
         if (game > type(uint32).max) revert JobTooLong(game);

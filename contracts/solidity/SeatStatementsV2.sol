@@ -8,7 +8,8 @@ import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 /// @title SeatStatementsV2
 /// @notice Equivocation (docs/economics.md, section 10): a seat that signed two different lists
 /// for one (job, kind, index), or a list the chain contradicts, forfeits its lock (`Equivocated`):
-/// w·S to the reporter, the rest burned, and the client keeps the seat's pay at settle.
+/// D back to each demander it served only through a witness (section 7), w·S to the reporter, the
+/// rest burned, and the client keeps the seat's pay at settle.
 /// @dev Statements are EIP-712 typed data, domain ("gavel", "2", chainid, the settlement):
 /// under delegatecall `address(this)` is GavelSettlementV2, so the domain is the one signed.
 abstract contract SeatStatementsV2 is SettlementStorageV2 {
@@ -111,6 +112,6 @@ abstract contract SeatStatementsV2 is SettlementStorageV2 {
         seat.forfeit = ForfeitReason.Equivocated;
         emit SeatForfeited(a.jobId, a.seat, ForfeitReason.Equivocated);
         emit EquivocationSlashed(a.jobId, a.seat, msg.sender, a.kind, a.index);
-        _slashLock(a.jobId, a.seat, _jobs[a.jobId].providerStake, msg.sender);
+        _slashSeat(a.jobId, a.seat, msg.sender);
     }
 }

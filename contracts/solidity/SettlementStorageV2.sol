@@ -2,7 +2,7 @@
 pragma solidity 0.8.28;
 
 import {Demand, Job, JobStatus, Node, NodeStatus, Seat, SeatStatus} from "./SettlementTypesV2.sol";
-import {Claim, GameBonds, GameParams, Ruling} from "./GameTypesV2.sol";
+import {Claim, GameBonds, GameParams, Ruling, StepClaim, StepGameRef} from "./GameTypesV2.sol";
 import {NodeStoreV2} from "./NodeStoreV2.sol";
 
 /// @title SettlementStorageV2
@@ -20,8 +20,14 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
     uint256 public constant PROBES = 8;
     /// @notice Blocks whose hash `blockhash` still returns: a draw armed longer ago re-arms.
     uint256 public constant DRAW_WINDOW = 255;
+    /// @notice Levels of the deepest trace tree of the fourth level: OneStepVerifier opens programs of
+    /// at most 2^40 instructions (a duel's clock and T_game count a reveal per level).
+    uint256 public constant MAX_STEP_DEPTH = 40;
     /// @notice Joiners of a claim whose join gas is reimbursed when it wins (8.3).
     uint256 public constant MAX_JOINERS = 8;
+    /// @notice Demands of a job served only through a witness whose demander the seat's forfeited lock
+    /// pays back (section 7): bounds the loop of every forfeit, whatever the number of seats.
+    uint256 public constant MAX_REIMBURSED_DEMANDS = 8;
     /// @notice Gas figures the bonds and reimbursements pay at γ (section 13, measured by
     /// scripts/bench_settlement.py and rounded up; protocol.economics.ESTIMATED_GAS holds the same).
     /// A list's fixed part:
@@ -51,7 +57,7 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
     /// draws), and of the witness's attestServed: the demand bond D pre-pays them (section 7).
     uint256 public constant GAS_CALL_WITNESS = 200_000;
     /// @notice See GAS_CALL_WITNESS.
-    uint256 public constant GAS_ATTEST = 250_000;
+    uint256 public constant GAS_ATTEST = 280_000;
 
     mapping(bytes32 jobId => Job) internal _jobs;
     mapping(bytes32 jobId => address[]) internal _seatsOf;
@@ -91,6 +97,19 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
     mapping(bytes32 jobId => mapping(address seat => uint64)) internal _demandsClose;
     /// Demands made so far (part of each demand's id).
     uint256 internal _demandCount;
+    /// The job's first MAX_REIMBURSED_DEMANDS demands served only through a witness, in order: each
+    /// demander gets D back from the seat's lock if that seat forfeits in the job (section 7).
+    mapping(bytes32 jobId => bytes32[] demandIds) internal _witnessed;
+    /// The fourth level's duels, by OneStepVerifier's game id (games the settlement did not open: zero).
+    mapping(uint256 id => StepGameRef) internal _stepGames;
+    /// Each node claim's duels (none: the claim is the referees').
+    mapping(bytes32 claimId => StepClaim) internal _stepClaims;
+    /// Whether a claimant opened a duel against a defender on a node claim, keyed keccak(claimId, challenger, defender).
+    mapping(bytes32 duel => bool) internal _dueled;
+
+    /// @notice A forfeited seat's lock paid back D (`amount`) to a demander the seat had served only
+    /// through a witness (GavelGamesV2's and GavelDemandsV2's event).
+    event DemandReimbursed(bytes32 indexed jobId, address indexed seat, address indexed demander, uint256 amount);
 
     constructor(uint64 unbondingDelay, uint256 minNodeStake, uint16 winnerShareBps)
         NodeStoreV2(unbondingDelay, minNodeStake, winnerShareBps)
@@ -155,6 +174,36 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
     /// P + ⌈w·S·n⌉: what a referee (the client, or a drawn node) locks to rule one job's claims.
     function _refereeBondOf(Job storage job) internal view returns (uint256) {
         return job.price + (uint256(WINNER_SHARE_BPS) * job.providerStake * job.providersWanted + BPS - 1) / BPS;
+    }
+
+    /// Section 7: a forfeited lock first pays back D to each demander its seat served only through a
+    /// witness (they paid the witness's fee and the seat's calls); returns the sum. openJob keeps
+    /// MAX_REIMBURSED_DEMANDS·D, with a won path's reimbursements, within S·(1 − w).
+    function _reimburseDemanders(bytes32 jobId, address seat) internal returns (uint256 paid) {
+        bytes32[] storage witnessed = _witnessed[jobId];
+        uint256 count = witnessed.length;
+        if (count == 0) return 0;
+        uint256 bond = _demandBondOf(jobId);
+        for (uint256 i; i < count; ++i) {
+            Demand storage d = _demands[witnessed[i]];
+            if (d.seat != seat) continue;
+            address demander = d.demander;
+            _credits[demander] += bond;
+            paid += bond;
+            emit DemandReimbursed(jobId, seat, demander, bond);
+        }
+    }
+
+    /// A seat's lock forfeited to `beneficiary` (a silent defender's, an equivocator's): the demanders it
+    /// served only through a witness first, then w·S to `beneficiary`, the rest burned.
+    function _slashSeat(bytes32 jobId, address seat, address beneficiary) internal {
+        uint256 stake = _jobs[jobId].providerStake;
+        _take(seat, stake);
+        uint256 share = stake * WINNER_SHARE_BPS / BPS;
+        _credits[beneficiary] += share;
+        uint256 paid = _reimburseDemanders(jobId, seat) + share;
+        emit StakeSlashed(jobId, seat, stake, beneficiary, paid, stake - paid);
+        _burn(stake - paid);
     }
 
     /// Gives a claim's drawn first-level referee its bond back, if one still holds it.

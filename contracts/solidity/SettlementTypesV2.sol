@@ -85,6 +85,10 @@ struct JobTerms {
     uint64 gasPriceCap;
     uint128 refereeFee;
     uint128 witnessFee;
+    /// LibList root over the graph's N nodes of keccak(abi.encode(setup, inputNodes)) for node n's
+    /// element spec (OneStepVerifier.Setup with every root and the element zeroed; a zero entry for a
+    /// node with no element program). Zero: no on-chain fourth level for this job.
+    bytes32 elementSpecRoot;
 }
 
 /// @notice Seconds each kind of turn is allowed (section 3), and the longest a demand and a game last.

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from contracts.chain import EmbeddedChain
+from contracts.embedded_chain import EmbeddedChain
 from contracts.step_verifier import PlayedGame, StepVerifier, play
 from protocol.step_game import StepPlayer, cheat_values, first_difference, make_setup
 from protocol.errors import LocalProtocolError

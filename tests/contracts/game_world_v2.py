@@ -9,7 +9,7 @@ interval is c = (j − 1) // k.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from eth_abi import encode as abi_encode
 from eth_utils import keccak
@@ -73,15 +73,19 @@ def probe(seed_hash: bytes, claim_id: bytes, draws: int, registry: tuple[str, ..
 
 
 class GameTable:
-    """A job with one seat per computation, revealed, and helpers for the game's moves."""
+    """A job with one seat per computation, revealed, and helpers for the game's moves. A computation
+    has `trace()`, `steps(c)` and `nodes(step)` (`Computation`'s; the shape T, k, N of another job
+    comes with `steps`, `every` and `nodes`)."""
 
-    def __init__(self, w: WorldV2, computations: tuple[Computation, ...], **terms):
+    def __init__(self, w: WorldV2, computations: tuple, *, steps: int = STEPS, every: int = EVERY,
+                 nodes: int = NODES, **terms):
         self.w = w
+        self.every = every
         self.parties: set[str] = set()  # accounts that opened, picked or joined in this job's games
         self.drawn: dict[bytes, set[str]] = {}  # referees drawn per claim
         self.by_seat = dict(zip(w.providers, computations))
-        self.jid = w.seated_job(len(computations), steps=STEPS, checkpoint_every=EVERY, graph_nodes=NODES,
-                                referee_fee=REFEREE_FEE, **terms)
+        terms.setdefault("referee_fee", REFEREE_FEE)
+        self.jid = w.seated_job(len(computations), steps=steps, checkpoint_every=every, graph_nodes=nodes, **terms)
         for seat, comp in self.by_seat.items():
             w.commit(self.jid, seat, comp.trace())
         for seat, comp in self.by_seat.items():
@@ -116,7 +120,7 @@ class GameTable:
     def post_nodes(self, seat: str, claim: bytes, c: int, s: int):
         comp = self.by_seat[seat]
         proof = ListTree(comp.steps(c)).proof(s).siblings
-        return self._booked(self.w.as_(seat).post_nodes(claim, comp.nodes(c * EVERY + s), proof))
+        return self._booked(self.w.as_(seat).post_nodes(claim, comp.nodes(c * self.every + s), proof))
 
     def nodes_root(self, seat: str, step: int) -> bytes:
         return list_root(self.by_seat[seat].nodes(step))
@@ -129,13 +133,22 @@ class GameTable:
     def post_evidence(self, seat: str, claim: bytes):
         return self._booked(self.w.as_(seat).post_evidence(claim, keccak(b"evidence of " + seat.encode() + claim)))
 
+    def covering(self, seat: str) -> list[str]:
+        """`seat` and every other seat with its root (they cover the same lists)."""
+        return [seat] + [x for x in self.seats if x != seat and self.root(x) == self.root(seat)]
+
     def path_to_evidence(self, by: str, seat: str, c: int, s: int, n: int) -> tuple[bytes, bytes, bytes]:
+        """`path_to_node`, then every seat with that root posts evidence. Returns (game, step claim, node claim)."""
+        game, step, node = self.path_to_node(by, seat, c, s, n)
+        for defender in self.covering(seat):
+            self.post_evidence(defender, node)
+        return game, step, node
+
+    def path_to_node(self, by: str, seat: str, c: int, s: int, n: int) -> tuple[bytes, bytes, bytes]:
         """`by` opens the game on interval c of `seat`'s root, picks step s and node n; every seat with
-        that root covers each list (`seat` posts, the others endorse) and posts evidence.
-        Returns (game, step claim, node claim)."""
-        root = self.root(seat)
-        others = [x for x in self.seats if x != seat and self.root(x) == root]
-        step_no = c * EVERY + s
+        that root covers each list (`seat` posts, the others endorse). Returns (game, step claim, node claim)."""
+        others = self.covering(seat)[1:]
+        step_no = c * self.every + s
         game = self.open_game(by, seat, c)
         self.post_steps(seat, game, c)
         for other in others:
@@ -145,8 +158,6 @@ class GameTable:
         for other in others:
             self._booked(self.w.as_(other).endorse(step, self.nodes_root(seat, step_no)))
         node = self.pick_node(by, step, seat, step_no, n)
-        for defender in (seat, *others):
-            self.post_evidence(defender, node)
         return game, step, node
 
     def eligible(self, claim: bytes):
@@ -197,6 +208,22 @@ class GameTable:
     def block_hash(self, number: int) -> bytes:
         raw = self.w.chain.tester.get_block_by_number(number)["hash"]
         return bytes.fromhex(raw[2:]) if isinstance(raw, str) else bytes(raw)
+
+    def close(self, claim: bytes):
+        """Waits out the claim's deadlines and ends it (timeout, or resolveGame for a game); its status."""
+        s = self.w.settlement
+        info = s.claim(claim)
+        self.after(max(info.answer_by, info.pick_until, info.rule_by))
+        (self.w.as_(self.w.keeper).resolve_game if info.level == 0 else self.w.as_(self.w.keeper).timeout)(claim)
+        self.w.assert_every_coin_accounted()
+        return s.claim(claim).status
+
+    def settle(self) -> None:
+        """Settles the job once its reveals and challenge windows are over."""
+        d = self.w.settlement.deadlines(self.jid)
+        self.after(max(d.reveal_by, d.challenge_end))
+        self.w.as_(self.w.keeper).settle(self.jid)
+        self.w.assert_every_coin_accounted()
 
     def after(self, deadline: int) -> None:
         """Mines up to `deadline`: the next transaction lands after it."""

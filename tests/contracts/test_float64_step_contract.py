@@ -11,7 +11,8 @@ import pytest
 
 from contracts.abi import ContractAbi
 from contracts.artifacts import load_artifact
-from contracts.chain import EmbeddedChain, RevertData
+from contracts.chain import RevertData
+from contracts.embedded_chain import EmbeddedChain
 from contracts.errors import ContractRevert
 from protocol import float64_steps as F
 from tests.protocol.test_float64_steps import (
@@ -139,3 +140,72 @@ def test_bad_input_is_refused_with_a_named_error(harness):
     with pytest.raises(ContractRevert, match="NotAFloat32"):
         harness.call("run", F.STEPS["f32_add"].code, [1 << 40], [0], [0])
 
+
+
+# --- the integer steps of Philox4x32-10 (dropout's element programs, protocol/step_philox.py) ---
+
+PHILOX_EDGES = [0, 1, 2, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF, 1 << 32, (1 << 32) + 1, 0x9E3779B9,
+                0xBB67AE85, 0xD2511F53, 0xCD9E8D57, 1 << 63, (1 << 63) - 1, (1 << 64) - 1]
+
+
+def numpy_integer_step(step: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """uint64 NumPy's wrapping arithmetic: the reference the twin and the contract both meet."""
+    with np.errstate(over="ignore"):
+        if step == "i64_mul":
+            return a * b
+        if step == "i64_add":
+            return a + b
+        if step == "bit_xor":
+            return a ^ b
+        if step == "bit_and":
+            return a & b
+        assert step == "i64_sar"
+        return (a.view(np.int64) >> (b & U64(63)).astype(np.int64)).view(U64)
+
+
+@pytest.mark.parametrize("step", ["bit_xor", "i64_mul", "i64_add", "bit_and", "i64_sar"])
+def test_philox_integer_steps_on_word_edges_equal_numpy_on_chain_and_in_python(harness, step):
+    """Every pair of word edges (0, 0xFFFFFFFF, 2^32, Philox's multipliers, 2^64 - 1, ...): carries out
+    of the low word and past bit 63, products of the largest 32-bit words, shifts across the sign."""
+    a, b = (m.ravel() for m in np.meshgrid(np.array(PHILOX_EDGES, U64), np.array(PHILOX_EDGES, U64)))
+    if step == "i64_sar":
+        b = np.resize(np.array([0, 2, 8, 31, 32, 63, 64, 96], U64), a.size)
+    want = [int(v) for v in numpy_integer_step(step, a, b)]
+    operands = _ints(a, b)
+    assert [F.STEPS[step].fn(*args) for args in zip(*operands)] == want
+    assert harness.run(step, operands) == want
+    assert F.i64_mul(0xFFFFFFFF, 0xFFFFFFFF) == 0xFFFFFFFE00000001  # the largest 32x32 product, exact
+
+
+def test_every_step_of_a_dropout_program_runs_on_chain_as_traced(harness):
+    """The whole Philox program of one dropout element, each instruction executed by the contract
+    on the traced operand values, gives the traced value."""
+    from protocol.step_game import STEPS_BY_CODE, replay
+    from protocol.step_programs import trace_element
+    from protocol.step_trace import CONST, COORD, INPUT, STEP, Tracer, coordinates
+
+    x = np.linspace(-2.0, 2.0, 24, dtype=np.float32).reshape(2, 3, 4)
+    attrs = {"p": 0.3, "seed": (1 << 64) - 1, "stream": 0xFFFFFFFF00000001, "counter": (1 << 64) - 7}
+    element = 23
+    trace = trace_element("dropout", attrs, [x], element)
+    spec = trace.spec
+    loader = Tracer(spec.op, [x], spec.out_shape, spec.views, element)
+    by_code: dict[int, list[tuple[int, list[int]]]] = {}
+    for i, instr in enumerate(spec.program):
+        args = []
+        for operand in instr.operands[:STEPS_BY_CODE[instr.op].arity]:
+            if operand.kind == STEP:
+                args.append(trace.values[operand.ref])
+            elif operand.kind == CONST:
+                args.append(operand.ref)
+            elif operand.kind == COORD:
+                args.append(coordinates(spec.out_shape, element)[operand.ref])
+            else:
+                assert operand.kind == INPUT
+                args.append(loader.input(operand.ref >> 48, operand.ref & ((1 << 48) - 1)).bits)
+        by_code.setdefault(instr.op, []).append((i, args + [0] * (3 - len(args))))
+    assert {STEPS_BY_CODE[c].fn.__name__ for c in by_code} >= {"bit_xor", "i64_mul", "i64_sar", "bit_and"}
+    for code, rows in by_code.items():
+        got = harness.call("run", code, *([r[1][k] for r in rows] for k in range(3)))
+        assert list(got) == [trace.values[i] for i, _ in rows], STEPS_BY_CODE[code].fn.__name__
+    assert replay(spec, element, [x]) == trace.values

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from contracts.chain import EmbeddedChain
+from contracts.embedded_chain import EmbeddedChain
 from contracts.errors import ContractRevert
 from contracts.step_verifier import StepVerifier, play
 from protocol.step_game import CHALLENGER_WON, CHEATS, DEFENDER_WON, play_offline, players_for
@@ -19,7 +19,8 @@ pytestmark = pytest.mark.settlement
 
 FAMILIES = ("add", "mul_scalar", "relu", "exp", "log", "tanh", "softmax", "layer_norm", "matmul", "adamw_update",
             "sum_to", "transpose", "reshape", "gelu_grad", "layer_norm_grad_x", "causal_mask", "embedding",
-            "cross_entropy", "cross_entropy_grad", "step_increment", "full", "mean", "sqrt_grad")
+            "cross_entropy", "cross_entropy_grad", "step_increment", "full", "mean", "sqrt_grad",
+            "log_softmax", "erf", "unfold2d", "embedding_grad", "dropout", "dropout_at_step")
 GAS_CAP = 5_000_000
 
 
@@ -57,7 +58,8 @@ def test_a_cheaters_wrong_element_is_caught_by_the_contract_alone(verifier, op):
 
 
 @pytest.mark.parametrize("op, kind", [("embedding", GATHER), ("cross_entropy", GATHER), ("causal_mask", COORD),
-                                      ("cross_entropy_grad", COORD), ("matmul", INPUT)])
+                                      ("cross_entropy_grad", COORD), ("matmul", INPUT),
+                                      ("dropout", COORD), ("dropout_at_step", INPUT)])
 def test_a_step_reading_the_data_or_the_coordinates_is_ruled_on_chain(verifier, op, kind):
     """The cheat is placed at the first step with a gathered index, a coordinate or an input."""
     rng = np.random.default_rng(4)

@@ -85,8 +85,8 @@ def test_list_guards(table):
     with reverts("GameTooEarly"):
         w.as_(w.keeper).timeout(step)
     t.post_nodes(cheater, step, C_BAD, S_BAD)
-    with reverts("GameInvalidIndex", index=NODES):
-        w.as_(w.keeper).pick_node(step, t.nodes_root(cheater, WRONG_STEP), NODES)
+    with reverts("GameInvalidIndex", index=NODES + 1):  # entry N (the state after the step) may be picked
+        w.as_(w.keeper).pick_node(step, t.nodes_root(cheater, WRONG_STEP), NODES + 1)
     node = t.pick_node(w.keeper, step, cheater, WRONG_STEP, WRONG_NODE)
     t.after(w.settlement.claim(game).pick_until)
     with reverts("GameChildrenOpen", openChildren=1):

@@ -25,22 +25,6 @@ OPEN_AND_RESOLVE, PICK_STEP, PICK_NODE, JOIN = (ESTIMATED_GAS.open_game + ESTIMA
 C_BAD, S_BAD = (WRONG_STEP - 1) // EVERY, (WRONG_STEP - 1) % EVERY + 1  # the cheated interval and its step
 
 
-def _close(t: GameTable, claim: bytes) -> ClaimStatus:
-    """Waits out the claim's deadlines and ends it (timeout, or resolveGame for a game)."""
-    info = t.w.settlement.claim(claim)
-    t.after(max(info.answer_by, info.pick_until, info.rule_by))
-    (t.w.as_(t.w.keeper).resolve_game if info.level == 0 else t.w.as_(t.w.keeper).timeout)(claim)
-    t.w.assert_every_coin_accounted()
-    return t.w.settlement.claim(claim).status
-
-
-def _settle(t: GameTable) -> None:
-    d = t.w.settlement.deadlines(t.jid)
-    t.after(max(d.reveal_by, d.challenge_end))
-    t.w.as_(t.w.keeper).settle(t.jid)
-    t.w.assert_every_coin_accounted()
-
-
 def test_bonds_of_is_protocol_economics_bonds(cast_v2):
     w = cast_v2
     t = GameTable(w, (TRUTH, CHEAT))
@@ -71,11 +55,11 @@ def test_a_cheated_root_is_upheld_the_finder_gains_and_the_cheater_loses_its_sta
     t.post_evidence(cheater, node)
     w.as_(w.client).rule(node, False, keccak(b"transcript"))
     w.assert_every_coin_accounted()
-    assert _close(t, node) == ClaimStatus.UPHELD  # _close checks the books too
+    assert t.close(node) == ClaimStatus.UPHELD  # _close checks the books too
     assert w.settlement.seat(t.jid, cheater).forfeit == ForfeitReason.LOST_GAME
-    assert _close(t, step) == ClaimStatus.UPHELD
-    assert _close(t, game) == ClaimStatus.UPHELD
-    _settle(t)
+    assert t.close(step) == ClaimStatus.UPHELD
+    assert t.close(game) == ClaimStatus.UPHELD
+    t.settle()
     finder = S * WINNER_SHARE_BPS // 10_000 // 3 * 3  # all three claims are the auditor's
     gas_back = GAMMA * (OPEN_AND_RESOLVE + PICK_STEP + PICK_NODE)
     assert holdings(w, auditor) == before[auditor] + finder + gas_back
@@ -95,10 +79,10 @@ def test_a_false_pick_at_an_honest_root_loses_its_bonds_to_the_defenders(cast_v2
     before = {x: holdings(w, x) for x in (adversary, a, b, w.client)}
     game, step, node = t.path_to_evidence(adversary, a, 0, 1, 0)  # b endorses a's lists, both post evidence
     w.as_(w.client).rule(node, True, keccak(b"transcript"))
-    assert _close(t, node) == ClaimStatus.FAILED
-    assert _close(t, step) == ClaimStatus.FAILED
-    assert _close(t, game) == ClaimStatus.FAILED
-    _settle(t)
+    assert t.close(node) == ClaimStatus.FAILED
+    assert t.close(step) == ClaimStatus.FAILED
+    assert t.close(game) == ClaimStatus.FAILED
+    t.settle()
     lost = paid.open_game + paid.pick_step + paid.pick_node
     assert holdings(w, adversary) == before[adversary] - lost
     assert holdings(w, w.client) == before[w.client] + REFEREE_FEE + PRICE - 2 * (PRICE // 2)
@@ -113,12 +97,12 @@ def test_a_silent_defender_forfeits_and_the_picker_is_paid(cast_v2):
     t = GameTable(w, (TRUTH, CHEAT))
     before = holdings(w, auditor)
     game = t.open_game(auditor, cheater, C_BAD)
-    result_status = _close(t, game)
+    result_status = t.close(game)
     assert result_status == ClaimStatus.UPHELD
     assert w.settlement.seat(t.jid, cheater).forfeit == ForfeitReason.SILENT_DEFENDER
     assert holdings(w, auditor) == before + S * WINNER_SHARE_BPS // 10_000
     assert holdings(w, cheater) < 5 * 10**18  # lost its seat's lock
-    _settle(t)
+    t.settle()
 
 
 def test_many_challengers_meet_in_one_game_and_each_honest_one_ends_with_at_least_what_it_put_in(cast_v2):
@@ -141,8 +125,8 @@ def test_many_challengers_meet_in_one_game_and_each_honest_one_ends_with_at_leas
     t.post_evidence(cheater, node)
     w.as_(w.client).rule(node, False, keccak(b"transcript"))
     for claim in (node, step, game):
-        assert _close(t, claim) == ClaimStatus.UPHELD
-    _settle(t)
+        assert t.close(claim) == ClaimStatus.UPHELD
+    t.settle()
     third = S * WINNER_SHARE_BPS // 10_000 // 3
     # first: the interval and node claims, a join of the step claim; second: the step claim, two joins
     assert holdings(w, first) == before[first] + 2 * third + GAMMA * (OPEN_AND_RESOLVE + PICK_NODE + JOIN)
@@ -170,9 +154,9 @@ def test_a_client_that_referees_cannot_rule_a_game_it_picked_in(cast_v2):
     for _ in range(3):
         assert t.draw(node) is None
     assert w.settlement.ruling(node).referees_out
-    assert _close(t, node) == ClaimStatus.VOID
-    assert _close(t, step) == ClaimStatus.VOID
-    assert _close(t, game) == ClaimStatus.VOID
+    assert t.close(node) == ClaimStatus.VOID
+    assert t.close(step) == ClaimStatus.VOID
+    assert t.close(game) == ClaimStatus.VOID
     assert holdings(w, w.client) == before
     assert w.settlement.node(w.client).locked == referee_bond
 
@@ -196,10 +180,10 @@ def test_a_silent_referee_loses_its_bond_and_the_claim_voids_with_bonds_back(cas
     assert w.ledger()["burned"] == burned + referee_bond
     for _ in range(3):  # nobody to draw: the claim voids
         assert t.draw(node) is None
-    assert _close(t, node) == ClaimStatus.VOID
+    assert t.close(node) == ClaimStatus.VOID
     assert holdings(w, w.client) == before[w.client] - referee_bond
-    assert _close(t, step) == ClaimStatus.VOID
-    assert _close(t, game) == ClaimStatus.VOID
+    assert t.close(step) == ClaimStatus.VOID
+    assert t.close(game) == ClaimStatus.VOID
     assert holdings(w, auditor) == before[auditor]
 
 
@@ -253,12 +237,30 @@ def test_a_co_defender_that_posts_a_wrong_node_list_sinks_only_itself(cast_v2):
     node = w.as_(auditor).pick_node(step, list_root(wrong), 0).one(ClaimPicked).claim_id
     w.as_(saboteur).post_evidence(node, keccak(b"the saboteur's evidence"))
     w.as_(w.client).rule(node, False, keccak(b"transcript"))
-    assert _close(t, node) == ClaimStatus.UPHELD
-    assert _close(t, step) == ClaimStatus.UPHELD
-    assert _close(t, game) == ClaimStatus.UPHELD
-    _settle(t)
+    assert t.close(node) == ClaimStatus.UPHELD
+    assert t.close(step) == ClaimStatus.UPHELD
+    assert t.close(game) == ClaimStatus.UPHELD
+    t.settle()
     assert w.settlement.seat(t.jid, saboteur).forfeit == ForfeitReason.LOST_GAME
     assert w.settlement.seat(t.jid, honest).forfeit == ForfeitReason.NONE
     assert holdings(w, saboteur) == before[saboteur] - S
     assert holdings(w, honest) == before[honest] + PRICE // 2
     assert holdings(w, auditor) > before[auditor]
+
+
+def test_posted_list_reads_a_steps_and_a_node_list_back_from_calldata(cast_v2):
+    from contracts.settlement_v2_games import ListPosted
+
+    w = cast_v2
+    auditor, _ = register_auditors(w)
+    _, cheater = w.providers[:2]
+    t = GameTable(w, (TRUTH, CHEAT))
+    game = t.open_game(auditor, cheater, C_BAD)
+    first = t.post_steps(cheater, game, C_BAD).block_number
+    step = t.pick_step(auditor, game, cheater, C_BAD, S_BAD)
+    t.post_nodes(cheater, step, C_BAD, S_BAD)
+    posted = [e for e in w.settlement.events(first) if isinstance(e.event, ListPosted)]
+    assert [list(w.settlement.posted_list(e)) for e in posted] == [CHEAT.steps(C_BAD), CHEAT.nodes(WRONG_STEP)]
+    opened = [e for e in w.settlement.events(first - 1) if e.block_number < first]
+    with pytest.raises(ValueError, match="not postSteps or postNodes"):
+        w.settlement.posted_list(opened[-1])

@@ -234,3 +234,15 @@ def test_settle_guards(cast_v2):
         w.settlement.settle(jid)
     with reverts("JobWrongStatus", status=int(JobStatus.FINALIZED)):
         w.as_(w.keeper).close_seat(jid, w.providers[0])
+
+
+def test_a_revealed_trace_is_read_back_from_the_reveal_transaction(cast_v2):
+    # The trace is not in the log (calldata only): auditors read it from the transaction.
+    w = cast_v2
+    jid = w.committed_job()
+    w.reveal(jid, w.providers[0], trace_of("a"))
+    (logged,) = [e for e in w.settlement.events() if isinstance(e.event, TraceRevealed)]
+    assert w.settlement.revealed_trace(logged) == tuple(trace_of("a"))
+    opened = next(e for e in w.settlement.events() if type(e.event).__name__ == "JobOpened")
+    with pytest.raises(ValueError, match="called openJob, not reveal"):
+        w.settlement.revealed_trace(opened)

@@ -5,7 +5,8 @@ from eth_utils import keccak
 
 from contracts.abi import ContractAbi
 from contracts.artifacts import load_artifact
-from contracts.chain import EmbeddedChain, RevertData
+from contracts.chain import RevertData
+from contracts.embedded_chain import EmbeddedChain
 from protocol.listtree import MAX_LIST, ListProof, ListTree, list_leaf, list_node, list_root
 
 pytestmark = pytest.mark.settlement

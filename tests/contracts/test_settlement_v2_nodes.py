@@ -6,7 +6,8 @@ from eth_utils import keccak
 from contracts import ETHER, Role, Withdrawn
 from contracts.artifacts import load_artifact
 from contracts.abi import ContractAbi
-from contracts.chain import EmbeddedChain, RevertData
+from contracts.chain import RevertData
+from contracts.embedded_chain import EmbeddedChain
 from contracts.settlement import Settlement
 from contracts.settlement_v2 import SettlementV2
 

@@ -122,13 +122,15 @@ def test_the_stake_must_be_strictly_above_s_min(cast_v2):
 
 
 def test_the_stake_must_cover_a_won_paths_reimbursements(cast_v2):
-    """S·(1 − w) ≥ γ·(G_path + MAX_JOINERS·G_join) + f_R, as protocol.economics checks it."""
+    """S·(1 − w) ≥ γ·(G_path + MAX_JOINERS·G_join) + f_R + MAX_REIMBURSED_DEMANDS·D (D = f_W + γ·(G_callWitness
+    + G_attest), f_W = 0 here), as protocol.economics checks it."""
     w = cast_v2
     settings = w.settlement.chain_settings()
     g = economics.ESTIMATED_GAS
     stake = 10 * ETHER
+    assert w.settlement.setting("MAX_REIMBURSED_DEMANDS") == economics.MAX_REIMBURSED_DEMANDS
     # The largest γ the stake covers: S·(1 − w) = γ·gas + f_R exactly.
-    gas = g.path + economics.MAX_JOINERS * g.join
+    gas = g.path + economics.MAX_JOINERS * g.join + economics.MAX_REIMBURSED_DEMANDS * (g.call_witness + g.attest)
     gamma = (stake * (10_000 - settings.winner_share_bps) // 10_000) // gas
     fee = stake * (10_000 - settings.winner_share_bps) // 10_000 - gamma * gas
     covered = w.terms(provider_stake=stake, gas_price_cap=gamma, referee_fee=fee)
@@ -148,8 +150,12 @@ TERMS_CASES = [
     dict(steps=8, checkpoint_every=1, providers_wanted=1, price=ETHER, catch_bps=8_750),
     dict(steps=8, checkpoint_every=1, providers_wanted=1, price=ETHER, catch_bps=10_000),
     dict(steps=200, checkpoint_every=20, graph_nodes=53, price=7 * ETHER + 3, providers_wanted=3, catch_bps=9_000),
+    dict(steps=7, checkpoint_every=3, step_millis=333, client_referees=False),  # T not a multiple of k; drawn referees
+    dict(steps=3, checkpoint_every=5, step_millis=1_001),  # k > T
     dict(steps=1500, checkpoint_every=25, graph_nodes=471, step_millis=333, node_millis=7, state_bytes=123_456_789,
          evidence_bytes=9_999_999, providers_wanted=16, price=10**30, catch_bps=1),
+    dict(element_spec_root=b"\x11" * 32),  # the fourth level offered: its duels outlast the referees
+    dict(element_spec_root=b"\x11" * 32, node_millis=10**6, client_referees=False),  # the referees outlast them
 ]
 
 

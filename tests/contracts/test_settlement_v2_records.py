@@ -9,14 +9,14 @@ from contracts.records import _snake
 from contracts.settlement_v2 import (
     EVENT_TYPES_V2, Deadlines, JobAllowances, JobInfo, JobTerms, SeatInfo, abi_entries_v2)
 from contracts.settlement_v2_games import ClaimInfo
-from contracts.settlement_v2_referees import RulingInfo
+from contracts.settlement_v2_referees import RulingInfo, StepClaimInfo, StepGameInfo
 from protocol.economics import Allowances
 
 pytestmark = pytest.mark.settlement
 
 ABI = abi_entries_v2()  # the contract's and its game module's
 GETTERS = {"getJob": JobInfo, "getSeat": SeatInfo, "deadlinesOf": Deadlines, "allowancesOf": Allowances,
-           "getClaim": ClaimInfo, "getRuling": RulingInfo}
+           "getClaim": ClaimInfo, "getRuling": RulingInfo, "getStepGame": StepGameInfo, "getStepClaim": StepClaimInfo}
 
 
 def _abi_events() -> dict[str, list[str]]:

@@ -327,11 +327,16 @@ def test_the_module_refuses_direct_calls(cast_v2):
 def test_the_contract_refuses_modules_with_other_settings(cast_v2):
     w = cast_v2
     rules = (1_000, 10**18, 5_000)
-    games = _create(w.chain, w.deployer, "GavelGamesV2", (*rules, 30))
-    other = _create(w.chain, w.deployer, "GavelRefereesV2", (*rules, 31))  # another Δ
+    verifier = w.settlement.setting("STEP_VERIFIER")
+    games = _create(w.chain, w.deployer, "GavelGamesV2", (*rules, 30, verifier))
+    other = _create(w.chain, w.deployer, "GavelRefereesV2", (*rules, 31, verifier))  # another Δ
     demands = _create(w.chain, w.deployer, "GavelDemandsV2", (*rules, 30, 12))
     with reverts("SettlementModuleMismatch", module=other):
         _create(w.chain, w.deployer, "GavelSettlementV2", (*rules, 30, 10**6, 12, 3_600, games, other, demands))
+    # the two modules name different verifiers: duels would be opened on one and settled from another
+    referees = _create(w.chain, w.deployer, "GavelRefereesV2", (*rules, 30, w.deployer))
+    with reverts("SettlementModuleMismatch", module=games):
+        _create(w.chain, w.deployer, "GavelSettlementV2", (*rules, 30, 10**6, 12, 3_600, games, referees, demands))
 
 
 def test_rule_appeal_and_draw_guards(cast_v2):

@@ -8,7 +8,7 @@ import pytest
 
 from contracts.abi import ContractAbi
 from contracts.artifacts import load_artifact
-from contracts.chain import EmbeddedChain
+from contracts.embedded_chain import EmbeddedChain
 from protocol import chunk_tree as T
 from tests.protocol.test_chunk_tree import altered_proofs
 

@@ -1,0 +1,85 @@
+"""The embedded chain paced like a chain with one-second blocks (``block_lead``): a burst of
+transactions from several senders waits for one block instead of each taking a block of its
+own one second after the last (which put the chain's clock a second ahead per transaction, and
+closed windows of chain time early in wall time); a failure among them reports its own revert
+data; the clock never gets more than the lead ahead. The wall clock is the test's, moved by hand."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from contracts import EmbeddedChain
+from contracts.chain import RevertData
+
+pytestmark = pytest.mark.settlement
+
+# init code returning a runtime that always reverts with the word 42
+RUNTIME = bytes.fromhex("602a60005260206000fd")
+ALWAYS_REVERTS = bytes.fromhex("69") + RUNTIME + bytes.fromhex("600052600a6016f3")
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _paced(lead: int):
+    lock, chain_clock = threading.RLock(), Clock(0.0)
+    chain = EmbeddedChain(follow_wall_clock=True, lock=lock, clock=chain_clock)
+    chain_clock.now = float(chain.now())  # the wall clock where the chain stands
+    chain.block_lead = lead
+    return chain, lock, chain_clock
+
+
+def _pending(chain: EmbeddedChain, lock) -> int:
+    with lock:
+        return len(chain.tester.get_block_by_number("pending")["transactions"])
+
+
+def test_a_burst_waits_for_one_block_once_the_chain_is_the_lead_ahead_and_the_clock_stays_within_it():
+    chain, lock, clock = _paced(lead=1)
+    with lock:  # mined at once, 1 s ahead of the clock: the lead
+        reverter = chain.transact(chain.accounts[0], None, ALWAYS_REVERTS, gas=200_000).contract_address
+    assert chain.now() == int(clock.now) + 1
+    receipts, failures = {}, {}
+
+    def send(i: int) -> None:
+        sender = chain.accounts[1 + i % 3]
+        with lock:
+            try:
+                receipts[i] = chain.transact(sender, reverter if i == 4 else chain.accounts[9], b"", value=1,
+                                             gas=60_000)
+            except RevertData as reverted:
+                failures[i] = reverted
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(6)]  # two from each of three senders
+    for t in threads:
+        t.start()
+    while _pending(chain, lock) < 6:  # every sender waits: the next block would be 2 s ahead of the clock
+        for t in threads:
+            t.join(0.05)
+    assert not receipts and not failures
+    clock.now += 1  # the clock's next second: one block takes them all
+    for t in threads:
+        t.join(30)
+    assert sorted(receipts) == [0, 1, 2, 3, 5] and list(failures) == [4]
+    blocks = {r.block_number for r in receipts.values()} | {failures[4].receipt.block_number}
+    assert blocks == {chain.block_number()} and len(chain.tester.get_block_by_number("latest")["transactions"]) == 6
+    assert failures[4].data == (42).to_bytes(32, "big")  # its own revert data, from the state it left
+    assert chain.now() <= int(clock.now) + 1
+    for sender in chain.accounts[1:4]:
+        assert chain.tester.get_nonce(sender) == 2
+
+
+def test_without_a_lead_each_transaction_takes_a_block_a_second_ahead_of_the_last():
+    lock, clock = threading.RLock(), Clock(0.0)
+    chain = EmbeddedChain(follow_wall_clock=True, lock=lock, clock=clock)
+    clock.now = float(chain.now())
+    with lock:
+        for _ in range(5):
+            chain.transact(chain.accounts[1], chain.accounts[9], b"", value=1, gas=21_000)
+    assert chain.now() == int(clock.now) + 5  # five seconds of chain time in no time at all
