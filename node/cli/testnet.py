@@ -7,6 +7,12 @@ Without options: 6 providers (2 of them cheating), 1 auditor replaying every int
 2 clients and 8 small MLP jobs, all in this process on the embedded EVM; a few minutes
 on two cores. The report goes to ``DIR/report.json`` and ``DIR/report.html``.
 
+``--settlement 2`` plays settlement version 2 (docs/economics.md): one provider per strategy
+of `node.roles.v2.adversaries` (``--strategies``, all by default) beside honest ones, one of
+them slow (σ·1.8 a step), two seats a job; the report gives each party's net money from the
+contract and why each cheat was caught or not, and the run holds only when no honest party
+lost money and every cheater's net is negative (in-process only for now).
+
 ``--sweep`` runs one network per audit rate (``--rates``) with every provider cheating,
 and compares the observed catch rate with `protocol.sampling`'s prediction.
 
@@ -58,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=d.steps, help="training steps per job")
     p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, help="steps per checkpoint interval")
     p.add_argument("--strategies", default="", help="comma-separated cheat strategies (default: all)")
+    p.add_argument("--settlement", choices=("1", "2"), default=d.settlement,
+                   help="settlement contract version the network plays (2: one provider per strategy)")
     p.add_argument("--capacity", type=int, default=d.capacity, help="jobs a provider trains at once")
     p.add_argument("--accept-within", type=float, default=d.accept_within, help="seconds for providers to take a job")
     p.add_argument("--commit-within", type=float, default=d.commit_within, help="seconds to train and commit")
@@ -111,11 +119,13 @@ def testnet_main(argv: list[str]) -> int:
             replicas=args.replicas, seed=args.seed, steps=args.steps, checkpoint_every=args.checkpoint_every,
             job_file=args.job.resolve(), strategies=strategies or (SWEEP_STRATEGIES if args.sweep else ()),
             capacity=args.capacity, accept_within=args.accept_within, commit_within=args.commit_within,
-            challenge_within=args.challenge_within, chaos=args.chaos, kills=args.kills,
+            challenge_within=args.challenge_within, chaos=args.chaos, kills=args.kills, settlement=args.settlement,
             max_running=args.max_running if args.max_running is not None else (
                 SWEEP_MAX_RUNNING if args.sweep else chaos_wave(args.jobs) if args.chaos else 0))
         if args.chaos and args.sweep:
             raise ValueError("--chaos and --sweep: one at a time")
+        if args.settlement == "2" and (args.sweep or args.mode == "processes"):
+            raise ValueError("--settlement 2: in-process runs only for now (no --processes, no --sweep)")
 
         if args.sweep and (len(rates) < 1 or not all(0 < r <= 1 for r in rates)):
             raise ValueError("--rates: audit rates in (0, 1]")
@@ -172,6 +182,14 @@ def print_chaos(chaos: dict) -> None:
 
 def print_summary(report: dict, out: Path) -> None:
     s = report["summary"]
+    if s.get("settlement") == "2":
+        from node.testnet.report_v2 import summary_line_v2
+
+        print("\n" + summary_line_v2(s))
+        for failure in s["failures"]:
+            print(f"  - {failure}")
+        print(f"report: {out / 'report.json'}, {out / 'report.html'}")
+        return
     print(f"\n{'OK' if s['ok'] else 'FAILED'}: {s['jobs']} jobs, {s['cheats']} cheats "
           f"({s['cheats_audited']} audited, {s['cheats_caught']} caught), {s['honest_slashed']} honest node(s) "
           f"slashed, clients: {s['clients_served']} served ({s['clients_refunded']} refunded), "

@@ -6,10 +6,12 @@ to kill it (`chaos_inprocess`).
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import trio
 
@@ -17,15 +19,24 @@ from .launcher import (
     PEER_RECORD_OFF, Network, RunRecords, bootstrap_links, init_node_dir, node_settings, rss_bytes,
 )
 from .chaos import wait_final
+from .plan import AUDITOR, CLIENT
 from .chaos_inprocess import KINDS
 from .report import Submission
 
 log = logging.getLogger(__name__)
 
+# Seconds a settlement-2 job may take from submission to settlement on the chain's own clock: its
+# windows (training, reveal, a whole replay, a demand, a game) derive from σ and the chain's margin.
+JOB_LIFETIME_V2 = 1800.0
+
 
 class InProcessNetwork(Network):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, clock: Callable[["InProcessNetwork"], Awaitable[None]] | None = None,
+                 **kwargs: Any) -> None:
+        """``clock``: a task that moves the embedded chain's clock while the jobs run (a test's, to
+        close windows instead of waiting them out); without it the chain keeps the wall clock's time."""
         super().__init__(*args, **kwargs)
+        self.clock = clock
         self.nodes: dict[str, Any] = {}             # node name -> its running Node (a restart replaces it)
         self.scopes: dict[str, trio.CancelScope] = {}  # node name -> the scope whose cancellation kills it
         self.listen: dict[str, str] = {}             # node name -> the address it first listened on
@@ -62,6 +73,30 @@ class InProcessNetwork(Network):
         listen = self.listen[name].split("/p2p/")[0]
         await self._start(name, open_datadir(self.node_dir(name), {"listen": listen}), nursery)
 
+    @property
+    def job_lifetime(self) -> float:
+        return JOB_LIFETIME_V2 if self.options.settlement == "2" else super().job_lifetime
+
+    def harvest_nodes(self) -> list[tuple[str, str]]:
+        """Settlement 2: the clients' rows (their results); its auditors' audits are read from the
+        running roles (`audits_v2`), their rows being version 1's only."""
+        if self.options.settlement == "2":
+            return [(n.name, n.role) for n in self.plan.nodes if n.role == CLIENT]
+        return super().harvest_nodes()
+
+    def audits_v2(self) -> dict[tuple[bytes, bytes], dict[int, bool]]:
+        """(job, revealed root) -> interval -> whether the auditors' replays agreed, from the running
+        auditors of a settlement-2 network (the samples behind "sampled out")."""
+        from ..roles.context import context_of
+
+        out: dict[tuple[bytes, bytes], dict[int, bool]] = {}
+        for plan_node in self.plan.of_role(AUDITOR):
+            ctx = context_of(self.nodes[plan_node.name])
+            auditor = getattr(ctx.roles.get("auditor"), "auditor", None) if ctx is not None else None
+            for key, results in (auditor.results.items() if auditor is not None else ()):
+                out.setdefault(key, {}).update(results)
+        return out
+
     def chaos_schedule(self) -> list:
         from .chaos import schedule_for
 
@@ -81,6 +116,11 @@ class InProcessNetwork(Network):
 
             anvil = AnvilProcess().start()
             chain_setting = anvil.url
+        paced = contextlib.ExitStack()
+        if anvil is None:  # the nodes' bursts of transactions must not run the chain's clock ahead of theirs
+            from ..roles.chain import embedded_chain_paced
+
+            paced.enter_context(embedded_chain_paced())
         try:
             await trio.to_thread.run_sync(lambda: self.open_observer(chain_setting, fresh=anvil is not None))
             rss_before, _ = rss_bytes()
@@ -107,8 +147,11 @@ class InProcessNetwork(Network):
                 async def submit(sub: Submission) -> None:
                     client = context_of(nodes[sub.client]).roles["client"]
                     addrs = [nodes[name].host.listen_addrs[0] for name in self.plan.jobs[sub.index].providers]
+                    options = self.submit_options(addrs)
+                    if self.options.settlement == "2":  # every planned provider of the job takes a seat
+                        options = dataclasses.replace(options, providers=len(addrs))
                     try:
-                        sub.job_id = await client.submit(Path(sub.job_file), self.submit_options(addrs))
+                        sub.job_id = await client.submit(Path(sub.job_file), options)
                         self.on_progress(self)
                         sub.result = await client.wait(sub.job_id)
                     except Exception as error:  # a job that fails is reported, the run goes on
@@ -123,6 +166,8 @@ class InProcessNetwork(Network):
                 await self.read_balances("network ready")
                 if self.chaos is not None:
                     nursery.start_soon(self.chaos.run, self.chaos_schedule(), self.now(), nursery)
+                if self.clock is not None:
+                    nursery.start_soon(self.clock, self)
                 await self._run_jobs(submit, self.job_lifetime)
                 if self.chaos is not None:
                     await wait_final(self, self.chaos)
@@ -130,14 +175,19 @@ class InProcessNetwork(Network):
                 self.segments[-1].chain_now = await self.chain_time()
                 await self.read_balances("end of the run")
                 mismatches = await trio.to_thread.run_sync(self.mismatches)
+                nets = await trio.to_thread.run_sync(self.ledger.nets, self._settlement) \
+                    if self.options.settlement == "2" else {}
+                audited = self.audits_v2() if self.options.settlement == "2" else {}
                 nursery.cancel_scope.cancel()
             memory = {"mode": "in-process", "process_rss_bytes": rss_after, "rss_before_nodes_bytes": rss_before,
                       "per_node_bytes": (rss_after - rss_before) / max(1, len(nodes)), "peak_rss_bytes": rss_bytes()[1]}
             self.timings.update(self.loop_lag_summary())
             records = self.records(memory)
             records.mismatches = mismatches
+            records.nets, records.audited = nets, audited
             return records
         finally:
+            paced.close()
             if self._binding is not None:
                 self._binding.close()
             if anvil is not None:

@@ -19,6 +19,7 @@ so the graph is connected with a few links per node and no hub.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import shutil
 import time
@@ -84,6 +85,13 @@ def prepare_out_dir(out: Path) -> None:
         shutil.rmtree(out / sub, ignore_errors=True)
 
 
+def new_ledger(options: TestnetOptions) -> Any:
+    """The books of the settlement version the testnet plays."""
+    from .ledger_v2 import LedgerV2
+
+    return LedgerV2() if options.settlement == "2" else Ledger()
+
+
 def account_of(seed: bytes) -> str:
     from eth_account import Account
 
@@ -124,7 +132,7 @@ def node_settings(node: NodePlan, options: TestnetOptions, *, chain: str, listen
         "capacity": options.capacity, "advert_interval": advert_interval(options),
         "regossip_interval": regossip_interval(options), "metrics_listen": "",
         "log_file": log_file, "device": "cpu", "gossip_heartbeat": GOSSIP_HEARTBEAT,
-        "gossip_degree": GOSSIP_DEGREE,
+        "gossip_degree": GOSSIP_DEGREE, "settlement": options.settlement,
     }
     if shared_loop_nodes:
         extra = IN_PROCESS_TIMEOUT_PER_NODE * shared_loop_nodes
@@ -189,6 +197,8 @@ class RunRecords:
     segments: list[Segment] = field(default_factory=list)  # the chain's books, one per chain the run lived on
     chaos: Any = None  # the run's fault injector (its faults, the jobs lost with a chain), when it had one
     client_of: dict[int, str] = field(default_factory=dict)  # job index -> the node name of its client
+    nets: dict[str, int] = field(default_factory=dict)  # settlement 2: account -> its net money (`LedgerV2.nets`)
+    audited: dict[tuple[bytes, bytes], dict[int, bool]] = field(default_factory=dict)  # settlement 2: the auditors' replays
 
 
 ProgressHook = Callable[["Network"], None]
@@ -206,7 +216,7 @@ class Network:
         self.out = Path(out)
         self.chain_kind = chain
         self.on_progress = on_progress or (lambda network: None)
-        self.ledger = Ledger()
+        self.ledger = new_ledger(self.options)
         self.t0 = time.monotonic()
         self.phase = "starting"
         self.submissions: list[Submission] = []
@@ -233,9 +243,32 @@ class Network:
 
         o = self.options
         move_timeout, clock = self.dispute_times()
-        return SubmitOptions(providers=o.replicas, price=ETHER, stake=ETHER, accept_within=o.accept_within,
+        # version 2: a provider answers an offer after fetching the bundle, building the program, timing a step
+        # and tracing the element specs, as slow here as the rest of its work
+        accept_within = o.accept_within * (self.step_cost_scale if o.settlement == "2" else 1.0)
+        return SubmitOptions(providers=o.replicas, price=ETHER, stake=ETHER, accept_within=accept_within,
                              commit_within=o.commit_within, challenge_within=o.challenge_within,
-                             move_timeout=move_timeout, clock=clock, provider_addrs=provider_addrs)
+                             move_timeout=move_timeout, clock=clock, provider_addrs=provider_addrs,
+                             step_cost_scale=self.step_cost_scale)
+
+    def default_running(self) -> int:
+        """Jobs under way at once unless --max-running says: all of them, or on settlement 2 as many as
+        the providers' capacity seats at once, each with an honest seat (offers beyond it are refused,
+        or time out on an overloaded provider, and a job short of seats is refunded unfilled)."""
+        if self.options.settlement != "2":
+            return len(self.plan.jobs)
+        from .plan import SEATS_V2
+
+        providers = self.plan.of_role(PROVIDER)
+        seats = len(providers) * self.options.capacity
+        honest_seats = sum(1 for n in providers if not n.cheater) * self.options.capacity  # one a job at least
+        return max(1, min(len(self.plan.jobs), seats // SEATS_V2, honest_seats))
+
+    @property
+    def step_cost_scale(self) -> float:
+        """How much slower than alone a node's work runs here: the nodes sharing this process's loop
+        over its cores (version 2's windows derive from the step cost the terms declare)."""
+        return max(1.0, self.shared_loop_nodes / (os.cpu_count() or 1))
 
     def dispute_times(self) -> tuple[float, float]:
         """The jobs' dispute move timeout and per-party clock: the options', stretched like the nodes'
@@ -264,12 +297,12 @@ class Network:
         from ..roles.chain import open_binding_sync
         from .plan import node_seed
 
-        config = make_config(self.out / OBSERVER, {"chain": chain_setting})
+        config = make_config(self.out / OBSERVER, {"chain": chain_setting, "settlement": self.options.settlement})
         self._binding = open_binding_sync(config, node_seed(self.options.seed, OBSERVER))
         self._binding.ensure_funds_sync(0)  # the embedded EVM refuses even a read from an account that cannot pay gas
         self._settlement = self._binding.settlement
         if fresh:
-            self.ledger = Ledger()  # a fresh chain: its whole story is this run's
+            self.ledger = new_ledger(self.options)  # a fresh chain: its whole story is this run's
         else:
             # The process's embedded chain outlives a run (a sweep runs several): this run's story starts now.
             self.ledger.last_block = self._binding.chain.block_number()
@@ -483,7 +516,7 @@ class Network:
         self.phase = "running jobs"
         self.timings["jobs_started_at"] = self.now()
         stagger = min(1.0, self.options.accept_within / max(4, len(self.plan.jobs)))
-        limit = self.options.max_running or len(self.plan.jobs)
+        limit = self.options.max_running or self.default_running()
         self._start_lead = None
         await self.chain_clock_gain()  # sets the lead the jobs start with
         # A chain ahead of the wall clock stands still while nothing is sent, so every window

@@ -12,6 +12,13 @@ so every job is its own computation. Clients take them in turn, and each job nam
 the providers its client offers it to first (``replicas`` of them, in turn over a
 shuffled list): every provider, cheaters included, gets its share of the work, where
 a client left to itself would offer every job to the same cheapest providers.
+
+On settlement version 2 (``settlement="2"``, `make_plan_v2`) the cheaters are one node per
+strategy of `node.roles.v2.adversaries` (all of them by default): a provider per provider
+strategy, beside at least two honest providers, the first of them ``slow`` (σ·1.8 a step),
+a client per referee strategy and an auditor per challenger strategy, beside at least three
+honest auditors; every job has two seats, a cheater's and an honest one's in turn, so each
+strategy meets an honest seat it cannot copy, and a cheating client's job two honest ones.
 """
 from __future__ import annotations
 
@@ -63,6 +70,7 @@ class TestnetOptions:
     max_running: int = 0              # jobs under way at once (0: no limit); the next waits for a slot
     chaos: bool = False               # kill and restart nodes (and, with processes, once the chain) during the run
     kills: int = 10                   # node kills of a chaos run
+    settlement: str = "1"             # the settlement contract's version the nodes play ("1" or "2")
 
     def __post_init__(self) -> None:
         checks = [
@@ -78,6 +86,8 @@ class TestnetOptions:
             (self.capacity >= 1, "--capacity: at least one job"),
             (self.max_running >= 0, "--max-running: not negative"),
             (self.kills >= 0, "--kills: not negative"),
+            (self.settlement in ("1", "2"), "--settlement: 1 or 2"),
+            (self.settlement == "1" or not self.chaos, "--chaos: settlement 1 only for now"),
             (min(self.accept_within, self.commit_within, self.challenge_within, self.move_timeout, self.clock) > 0,
              "job windows and dispute clocks: positive"),
         ]
@@ -96,7 +106,9 @@ class NodePlan:
 
     @property
     def cheater(self) -> bool:
-        return bool(self.cheat)
+        from ..roles.v2.adversaries import HONEST_BEHAVIOURS
+
+        return bool(self.cheat) and self.cheat not in HONEST_BEHAVIOURS
 
 
 @dataclass(frozen=True)
@@ -132,8 +144,63 @@ def cheat_strategies() -> list[str]:
     return [s for s in STRATEGIES if s != "honest"]
 
 
+def cheat_strategies_v2() -> list[str]:
+    """Every settlement-2 strategy: the providers', then the clients' and the auditors'."""
+    from ..cheats import STRATEGIES
+    from ..roles.v2.adversaries import CHALLENGER_BEHAVIOURS, REFEREE_BEHAVIOURS, strategy_names
+
+    return strategy_names(STRATEGIES) + list(REFEREE_BEHAVIOURS) + list(CHALLENGER_BEHAVIOURS)
+
+
+SEATS_V2 = 2  # a version-2 job's seats: a cheater's (or an honest one's) and an honest one's
+MIN_HONEST_V2 = 2  # honest providers of a version-2 testnet: one slow, one at full speed
+
+
+def make_plan_v2(options: TestnetOptions, jobs_dir: Path) -> TestnetPlan:
+    """A settlement-2 testnet: one node per strategy (a provider's, a client's or an auditor's), beside
+    honest ones: ``nodes`` providers less the cheating ones (at least two honest, the first slow), at
+    least MAX_DRAWS honest auditors (the witnesses and referees are drawn from them: with fewer, a seat
+    that refuses one witness finds no other and its demand voids), ``clients`` honest clients. Job i
+    seats provider cheater i (while there are any) and an honest provider in turn; a cheating client
+    submits a job of its own to two honest providers; ``jobs`` jobs, or as many as that takes if more."""
+    from protocol.economics import MAX_DRAWS
+
+    from ..roles.v2.adversaries import CHALLENGER_BEHAVIOURS, HONEST_BEHAVIOURS, REFEREE_BEHAVIOURS
+
+    known = cheat_strategies_v2()
+    strategies = list(dict.fromkeys(options.strategies)) or known
+    unknown = [s for s in strategies if s not in known]
+    if unknown:
+        raise ValueError(f"unknown settlement-2 strategies: {', '.join(unknown)}; known: {', '.join(known)}")
+    of_clients = [s for s in strategies if s in REFEREE_BEHAVIOURS]
+    of_auditors = [s for s in strategies if s in CHALLENGER_BEHAVIOURS]
+    of_providers = [s for s in strategies if s not in of_clients and s not in of_auditors]
+    honest_count = max(MIN_HONEST_V2, options.nodes - len(of_providers))
+    cheats = {PROVIDER: of_providers + [HONEST_BEHAVIOURS[0]] + [""] * (honest_count - 1),
+              AUDITOR: [""] * max(options.auditors, MAX_DRAWS) + of_auditors,
+              CLIENT: [""] * options.clients + of_clients}
+    nodes = [NodePlan(f"{role}-{i:02d}", role, node_seed(options.seed, f"{role}-{i:02d}"), cheat,
+                      1.0 if cheat else 0.0)
+             for role in (PROVIDER, AUDITOR, CLIENT) for i, cheat in enumerate(cheats[role])]
+    cheaters = [n.name for n in nodes if n.role == PROVIDER and n.cheater]
+    honest = [n.name for n in nodes if n.role == PROVIDER and not n.cheater]
+    honest_clients = [n.name for n in nodes if n.role == CLIENT and not n.cheat]
+    cheating_clients = [n.name for n in nodes if n.role == CLIENT and n.cheat]
+    jobs = []
+    for i in range(max(options.jobs - len(cheating_clients), len(cheaters))):
+        first = cheaters[i] if i < len(cheaters) else honest[(i + 1) % len(honest)]
+        seats = (first, honest[i % len(honest)])
+        jobs.append(_job(options, i, honest_clients[i % len(honest_clients)], seats, jobs_dir))
+    for client in cheating_clients:
+        i = len(jobs)
+        jobs.append(_job(options, i, client, (honest[i % len(honest)], honest[(i + 1) % len(honest)]), jobs_dir))
+    return TestnetPlan(options, tuple(nodes), tuple(jobs))
+
+
 def make_plan(options: TestnetOptions, jobs_dir: Path) -> TestnetPlan:
     """The nodes and jobs of a testnet; writes the job files into ``jobs_dir``."""
+    if options.settlement == "2":
+        return make_plan_v2(options, jobs_dir)
     rng = random.Random(options.seed)
     names = {PROVIDER: [f"provider-{i:02d}" for i in range(options.nodes)],
              AUDITOR: [f"auditor-{i:02d}" for i in range(options.auditors)],

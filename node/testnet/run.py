@@ -111,16 +111,30 @@ def _opened_on_a_killed_chain(records: Any) -> set[int]:
             and any((job := seg.ledger.jobs.get(sub.job_id)) is not None and not job.settled for seg in killed)}
 
 
+def report_v2(records: RunRecords, *, config: dict[str, Any], timings: dict[str, Any]) -> dict[str, Any]:
+    """A settlement-2 run judged (`report_v2`): every job's honest run recomputed, money from the contract."""
+    from .report_v2 import build_report_v2
+
+    honest = {sub.job_id: honest_run(Path(sub.job_file)) for sub in records.submissions
+              if sub.job_id is not None and sub.job_id in records.ledger.jobs}
+    return build_report_v2(nodes=records.nodes, submissions=records.submissions, ledger=records.ledger,
+                           nets=records.nets, audited=records.audited, honest=honest, mismatches=records.mismatches,
+                           config=config, timings=timings)
+
+
 def run_testnet(options: TestnetOptions, out: Path, *, mode: str = IN_PROCESS, chain: str = "embedded",
-                display: LiveDisplay | None = None, command: str = "") -> dict[str, Any]:
+                display: LiveDisplay | None = None, command: str = "", clock: Any = None) -> dict[str, Any]:
+    """``clock``: an in-process run's task that moves the embedded chain's clock (`InProcessNetwork`)."""
     out = Path(out)
     prepare_out_dir(out)
     plan = make_plan(options, out / "jobs")
     started = time.time()
     cpu_before = _cpu_seconds()
     if mode == IN_PROCESS:
-        network: Any = InProcessNetwork(plan, out, chain=chain,
+        network: Any = InProcessNetwork(plan, out, chain=chain, clock=clock,
                                         on_progress=(display.update if display else None))
+    elif options.settlement == "2":
+        raise ValueError("settlement 2 runs in-process for now (--in-process)")
     else:
         from .processes import ProcessNetwork
 
@@ -134,6 +148,14 @@ def run_testnet(options: TestnetOptions, out: Path, *, mode: str = IN_PROCESS, c
         display.update(network, force=True)
     cpu = _cpu_seconds() - cpu_before
     wall = time.time() - started
+    if options.settlement == "2":
+        from .report_v2 import write_html_v2
+
+        report = report_v2(records, config=config_of(options, mode=mode, chain=chain, command=command),
+                           timings={**records.timings, "wall_s": round(wall, 2)})
+        write_report(report, out)
+        write_html_v2(report, out)
+        return report
     note = (lambda line: print(line, flush=True)) if display else None
     truth_started = time.perf_counter()
     observed = observe(records, progress=note)

@@ -85,7 +85,8 @@ def test_ledger_mismatch_is_reported(chain_and_contract):
 
 def test_a_seat_never_committed_is_slashed_at_settlement(chain_and_contract):
     chain, settlement = chain_and_contract
-    client, provider = chain.accounts[1], chain.accounts[2]
+    client, provider = chain.accounts[1], chain.accounts[5]
+    settlement.connect(provider).register(_h("seat key"), Role.PROVIDER, stake=STAKE)
     ledger = Ledger()
     _feed(ledger, settlement, 0.0)
     now = chain.now()
