@@ -174,7 +174,7 @@ class InProcessNetwork(Network):
                     self.timings["final_wait_done_at"] = self.now()
                 self.segments[-1].chain_now = await self.chain_time()
                 await self.read_balances("end of the run")
-                mismatches = await trio.to_thread.run_sync(self.mismatches)
+                mismatches = await self.mismatches()
                 nets = await trio.to_thread.run_sync(self.ledger.nets, self._settlement) \
                     if self.options.settlement == "2" else {}
                 audited = self.audits_v2() if self.options.settlement == "2" else {}

@@ -395,9 +395,22 @@ class Network:
             raise LaunchError(f"{len(missing)} node(s) did not register on chain within {timeout:g} s: "
                               f"{', '.join(missing[:8])}")
 
-    def mismatches(self) -> list[str]:
-        """Where the ledger's stakes, locks and credits differ from the contract's reads (blocking)."""
-        return self.ledger.mismatches(self._settlement)
+    async def mismatches(self) -> list[str]:
+        """Where the ledger's stakes, locks and credits differ from the contract's reads, the ledger
+        first caught up to the chain's head. The contract answers at its newest block, and a node
+        still running may land a transaction between the catch-up and the reads (a chaos run: a
+        restarted provider's stake), so a difference counts only when a later reading repeats it."""
+        for _ in range(BALANCE_READS - 1):
+            if not (found := await self._read_mismatches()):
+                return found
+            log.info("ledger and contract differ (%s); reading them again", found[0])
+            await trio.sleep(BALANCE_READ_AGAIN)
+        return await self._read_mismatches()
+
+    async def _read_mismatches(self) -> list[str]:
+        async with self._poll_lock:
+            await self._poll_to(await self._binding.run(self._binding.chain.block_number))
+            return await self._binding.run(self.ledger.mismatches, self._settlement)
 
     # -- what the nodes recorded ------------------------------------------------------------
 

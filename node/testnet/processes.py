@@ -191,7 +191,7 @@ class ProcessNetwork(Network):
                 self.timings["final_wait_done_at"] = self.now()
             self.segments[-1].chain_now = await self.chain_time()
             await self.read_balances("end of the run")
-            mismatches = await trio.to_thread.run_sync(self.mismatches)
+            mismatches = await self.mismatches()
             nursery.cancel_scope.cancel()
         self._stop_all()
         for name, peak in self.peak_rss.items():

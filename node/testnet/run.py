@@ -179,7 +179,8 @@ def run_testnet(options: TestnetOptions, out: Path, *, mode: str = IN_PROCESS, c
                                    "job(s) never submitted before the run's deadline")
     if records.mismatches:
         summary["ok"] = False
-        summary["failures"].append(f"{len(records.mismatches)} ledger balance(s) differ from the contract")
+        summary["failures"].append(f"{len(records.mismatches)} ledger balance(s) differ from the contract: "
+                                   f"{'; '.join(records.mismatches[:3])}")
     report["catch"] = catch_section([report])
     write_report(report, out)
     write_html(report, out)
