@@ -468,6 +468,43 @@ def roundlog_wrong_step(ctx: CheatContext) -> Cheat:
     return roundlog_perturb_weight(ctx, in_step=True)
 
 
+class RoundLogOtherData(TrainingOracle):
+    """A rounding-log job's run that trains on `other` (a data set of the job's kind) from step `at`
+    on; its step nodes claim what it computed."""
+
+    def __init__(self, training: Any, *, at: int, other: Dataset, **kw: Any) -> None:
+        super().__init__(training, **kw)
+        self.at, self.other = at, training.on_data(other)
+
+    def step(self, s: int, state: State) -> State:
+        return self.other.run_step(state).state if s >= self.at else super().step(s, state)
+
+    def step_values(self, s: int, state: State) -> list[Any]:
+        return self.training.step_node_values(state, after=self.step(s, state))
+
+
+def roundlog_other_data(ctx: CheatContext) -> Cheat:
+    """A rounding-log job with the client's own data, trained on other data (`substitute_data`)."""
+    if not isinstance(ctx.training.dataset, Dataset):
+        raise RuntimeError("the job's data is synthetic: there is no client data to replace")  # noqa: TRY004 - a RunFailed
+    other = substitute_data(ctx.training.dataset)
+
+    def draw() -> tuple[TrainingOracle, int, str]:
+        at = ctx.rng.randint(1, ctx.steps)
+        oracle = RoundLogOtherData(ctx.training, timer=ctx.timer, program=ctx.honest.program(), at=at, other=other)
+        what = f"trains on other data (the job's, tokens reversed or labels moved) from rounding-log step {at} on"
+        return oracle, at, what
+
+    oracle, at, what = _draw(ctx, draw)
+    # the first step node (one per state tensor, in state-name order) whose value differs from the job's
+    names = ctx.training.state_names()
+    ours, theirs = oracle.step(at, ctx.honest.state_before(at)), ctx.honest.state_after(at)
+    differ = [i for i, n in enumerate(names) if hash_tensor(np.asarray(ours[n])) != hash_tensor(np.asarray(theirs[n]))]
+    if not differ:
+        raise RuntimeError(f"the other data's step {at} gives the job's own state")
+    return Cheat("roundlog-other-data", oracle, Truth(at, len(names) + differ[0], WRONG_RESULT, 3), what)
+
+
 def honest(ctx: CheatContext) -> Cheat:
     oracle = TrainingOracle(ctx.training, timer=ctx.timer, program=ctx.honest.program())
     return Cheat("honest", oracle, Truth(None, None, None, None), "trains the job as specified")
@@ -495,4 +532,5 @@ STRATEGIES: dict[str, Callable[[CheatContext], Cheat]] = {
 ROUNDLOG_STRATEGIES: dict[str, Callable[[CheatContext], Cheat]] = {
     "roundlog-perturb-weight": roundlog_perturb_weight,
     "roundlog-wrong-step": roundlog_wrong_step,
+    "roundlog-other-data": roundlog_other_data,
 }

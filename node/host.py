@@ -36,6 +36,7 @@ from libp2p.network.auto_connector import AutoConnector
 from libp2p.network.config import ConnectionConfig, RetryConfig
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.peer.peerstore import PeerStoreError
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_ID, Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_ID, Yamux
 from multiaddr import Multiaddr
@@ -347,6 +348,13 @@ class NodeHost:
             except PeerError as error:
                 self._left_alone_until[peer] = time.monotonic() + PEER_DIAL_COOLDOWN
                 log.debug("peer target: %s", error)
+
+    def known_addrs(self, peer: ID) -> list[str]:
+        """The addresses the peerstore holds for ``peer`` (learnt from adverts, connections, bootstrap)."""
+        try:
+            return [str(a) for a in self.libp2p.get_peerstore().addrs(peer)]
+        except PeerStoreError:  # unknown, or its record expired
+            return []
 
     async def _dial_known(self, peer: ID) -> None:
         addrs = self.libp2p.get_peerstore().addrs(peer)

@@ -13,9 +13,9 @@ refuses to cheat.
 Roles plug in by registering ``ROLE_RUNNERS["provider"] = async def run(node)``;
 the runner lives as long as the node and should not return early. ``node.roles``
 installs the provider, auditor and client runners (keeping any registered already).
-Every node with a role also runs a keeper (`node.roles.keeper`): it settles any job the
-node knows of whose deadline passed and that nobody settled, so no coin stays locked
-when a job's client is gone.
+Every node with a role also runs a keeper (`node.roles.keeper`; on settlement 2
+`node.roles.v2.keeper`): it settles any job the node knows of whose deadline passed and
+that nobody settled, so no coin stays locked when a job's client is gone.
 """
 from __future__ import annotations
 
@@ -89,6 +89,7 @@ class Node:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         from .roles import install_roles
         from .roles.keeper import run_keeper
+        from .roles.v2.keeper import run_keeper_v2
 
         install_roles(ROLE_RUNNERS)
         config = self.config
@@ -110,7 +111,8 @@ class Node:
                         else:
                             nursery.start_soon(runner, self, name=f"role:{role}")
                     if any(role in ROLE_RUNNERS for role in config.roles):
-                        nursery.start_soon(run_keeper, self, name="keeper")
+                        keeper = run_keeper_v2 if getattr(config, "settlement", "1") == "2" else run_keeper
+                        nursery.start_soon(keeper, self, name="keeper")
                     write_api(config, self.api_info())
                     try:
                         task_status.started(self)

@@ -1,4 +1,5 @@
-"""The node's SQLite database: jobs, commitments, disputes, peers, jobs final on chain.
+"""The node's SQLite database: jobs, commitments, disputes, peers, jobs final on chain, and
+settlement version 2's follower position and party jobs.
 
 WAL mode with ``synchronous=FULL``: a write that returned has been fsynced, so a
 signed commitment we announced survives a crash (a node that forgot its own
@@ -75,6 +76,21 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE final_on_chain ADD COLUMN block INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX final_on_chain_by_block ON final_on_chain(block);
+    """,
+    # 3 -> 4: settlement version 2. The chain follower's position per contract (the next
+    # block and log to hand, and the hash of the block before it, so a resumed node notices
+    # a chain that changed while it was down), and the jobs the version-2 keeper pushes on.
+    """
+    CREATE TABLE follower_position (
+        contract   TEXT PRIMARY KEY,
+        block      INTEGER NOT NULL,
+        log_index  INTEGER NOT NULL,
+        anchor     TEXT NOT NULL
+    );
+    CREATE TABLE party_jobs (
+        job_id  BLOB PRIMARY KEY,
+        since   INTEGER NOT NULL
+    );
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -291,6 +307,28 @@ class Storage:
         """The ids of the jobs of every role not (yet) known to be over on chain, oldest first."""
         return [r[0] for r in self._read("SELECT job_id FROM jobs WHERE job_id NOT IN"
                                          " (SELECT job_id FROM final_on_chain) ORDER BY updated")]
+
+    # -- settlement version 2: the chain follower's position, the keeper's jobs ---------
+
+    def follower_position(self, contract: str) -> tuple[int, int, str] | None:
+        """(next block, next log index in it, anchor) stored for ``contract``: ``anchor`` is the
+        hash of the block the position was reached in ("" before any block)."""
+        rows = self._read("SELECT block, log_index, anchor FROM follower_position WHERE contract=?", (contract,))
+        return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
+
+    def set_follower_position(self, contract: str, block: int, log_index: int, anchor: str) -> None:
+        self._write("INSERT INTO follower_position(contract, block, log_index, anchor) VALUES (?,?,?,?)"
+                    " ON CONFLICT(contract) DO UPDATE SET block=excluded.block, log_index=excluded.log_index,"
+                    " anchor=excluded.anchor", (contract, block, log_index, anchor))
+
+    def add_party_job(self, job_id: bytes, block: int) -> None:
+        """Remember a job this node is party to (first seen at ``block``); a repeat keeps the first."""
+        self._write("INSERT OR IGNORE INTO party_jobs(job_id, since) VALUES (?,?)", (job_id, block))
+
+    def party_jobs_not_final(self) -> list[bytes]:
+        """The jobs this node is party to that are not (yet) known to be over on chain, oldest first."""
+        return [r[0] for r in self._read("SELECT job_id FROM party_jobs WHERE job_id NOT IN"
+                                         " (SELECT job_id FROM final_on_chain) ORDER BY since, job_id")]
 
     # -- commitments -----------------------------------------------------------
 

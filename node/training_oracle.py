@@ -231,6 +231,10 @@ class TrainingOracle:
         values = self._step_values(step)
         return [np.asarray(values[m]) for m in self.program().entry(node).inputs]
 
+    def node_value(self, step: int, node: int) -> Any:
+        """Node `node`'s output tensor in step `step` (a duel of the fourth level opens an element of it)."""
+        return np.asarray(self._step_values(step)[node])
+
 
 @dataclass
 class CheatContext:

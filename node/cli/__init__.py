@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "dispute-sim": ("node.cli.dispute_sim", "dispute_sim_main", "play the dispute game between an honest and a cheating party on a job, in one process"),
     "submit": ("node.cli.submit", "submit_main", "submit a training job to the network (escrow, providers, checked result, disputes, settlement)"),
     "testnet": ("node.cli.testnet", "testnet_main", "run a network of nodes on loopback, some cheating on purpose, and report what happened"),
+    "verify-verdict": ("node.cli.verify_verdict", "verify_verdict_main", "recompute a referee's ruling on a node claim from its transcript (and the chain); exit 0 if it holds"),
 }
 
 

@@ -47,7 +47,7 @@ from typing import Any, Callable
 import blake3
 
 from protocol import (
-    CHALLENGER, DEFENDER, DisputeParty, Envelope, EvidenceRequest, GameOver, Identity, IntervalRequest,
+    CHALLENGER, DEFENDER, DisputeParty, EvidenceRequest, GameOver, Identity, IntervalRequest,
     Program, Received, Referee, RemoteProtocolError, RevealRequest, Send, SignedJobTerms, StateOutputs, StepRequest,
     Verdict, max_rounds,
 )

@@ -16,13 +16,22 @@ gossip subscriptions. The modules:
   client_result  what a client keeps as a job's result: only what checks against the chain's roots
   keeper         every node's loop that settles jobs it knows of once their deadlines passed
   provider, auditor, client   the roles
+  v2             the roles on settlement version 2 (a node with ``settlement = "2"`` runs them)
 """
 from __future__ import annotations
 
 from typing import Any, MutableMapping
 
 
+def _settlement_2(node: Any) -> bool:
+    return getattr(node.config, "settlement", "1") == "2"
+
+
 async def run_provider(node: Any) -> None:
+    if _settlement_2(node):
+        from .v2 import run_role_v2
+
+        return await run_role_v2(node, "provider")
     from .context import run_role
     from .provider import ProviderRole
 
@@ -30,6 +39,10 @@ async def run_provider(node: Any) -> None:
 
 
 async def run_auditor(node: Any) -> None:
+    if _settlement_2(node):
+        from .v2 import run_role_v2
+
+        return await run_role_v2(node, "auditor")
     from .auditor import AuditorRole
     from .context import run_role
 
@@ -37,6 +50,10 @@ async def run_auditor(node: Any) -> None:
 
 
 async def run_client(node: Any) -> None:
+    if _settlement_2(node):
+        from .v2 import run_role_v2
+
+        return await run_role_v2(node, "client")
     from .client import ClientRole
     from .context import run_role
 

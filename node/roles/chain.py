@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import blake3
 import trio
@@ -41,9 +42,23 @@ EMBEDDED = "embedded"
 ETHER = 10**18
 # What the canonical deployment is created with; every node of a dev network agrees on it.
 DEV_DEPLOYER_KEY = blake3.blake3(b"gavel/dev-deployer/v1").digest()
+# Version 2 is five contracts (OneStepVerifier, three modules, then the settlement): another
+# deployer, so the two versions' canonical addresses never collide; the settlement is its fifth creation.
+DEV_DEPLOYER_KEY_V2 = blake3.blake3(b"gavel/dev-deployer/v2").digest()
+V2_SETTLEMENT_NONCE = 4
 DEV_UNBONDING_DELAY = 7 * 24 * 3600
 DEV_MIN_STAKE = ETHER
 DEV_WINNER_SHARE_BPS = 5_000
+# The liveness margin Δ of a dev version-2 deployment, seconds. A dev chain (anvil, the
+# embedded EVM) mines each transaction as it arrives, so within Δ an honest node has only to
+# notice what it must answer (its chain follower reads every FOLLOW_POLL = 1 s) and send one
+# transaction: 10 s leaves that ten times over for a machine whose cores are busy. Every window
+# is at least 2Δ, so a local job's reveal and replay windows take about a third of what the 30 s
+# of the contract client's default would (a test moves the chain's clock through them anyway).
+DEV_MARGIN_V2 = 10
+# Seconds a paced embedded chain may run ahead of the wall clock (`embedded_chain_paced`): a
+# few transactions in a row go at once, a burst waits for the next block.
+BLOCK_LEAD = 2
 # An account below LOW_BALANCE is topped up with FUNDING on a dev chain.
 FUNDING = 1_000 * ETHER
 LOW_BALANCE = 100 * ETHER
@@ -119,12 +134,31 @@ def account_key(seed: bytes) -> bytes:
     return blake3.blake3(b"gavel/eth-account/v1\0" + seed).digest()
 
 
-def canonical_address(deployer: str) -> str:
-    """Address of the first contract ``deployer`` creates (nonce 0)."""
+def canonical_address(deployer: str, nonce: int = 0) -> str:
+    """Address of the contract ``deployer`` creates with transaction ``nonce`` (the first: 0)."""
     import rlp
     from eth_utils import keccak, to_checksum_address
 
-    return to_checksum_address(keccak(rlp.encode([bytes.fromhex(deployer[2:]), 0]))[12:])
+    return to_checksum_address(keccak(rlp.encode([bytes.fromhex(deployer[2:]), nonce]))[12:])
+
+
+def _settlement_class(version: str) -> Any:
+    """The client class of settlement ``version`` ("1" or "2")."""
+    from contracts import Settlement
+    from contracts.settlement_v2 import SettlementV2
+
+    if version not in ("1", "2"):
+        raise ConfigError(f"settlement must be 1 or 2, not {version!r}")
+    return Settlement if version == "1" else SettlementV2
+
+
+def _deploy_dev(cls: Any, chain: Any, account: str | None = None) -> Any:
+    """A dev deployment of ``cls`` with the node rules every dev network agrees on."""
+    from contracts.settlement_v2 import SettlementV2
+
+    margin = {"margin": DEV_MARGIN_V2} if issubclass(cls, SettlementV2) else {}
+    return cls.deploy(chain, account=account, unbonding_delay=DEV_UNBONDING_DELAY, min_stake=DEV_MIN_STAKE,
+                      winner_share_bps=DEV_WINNER_SHARE_BPS, **margin)
 
 
 # -- one chain object per process for the embedded EVM ------------------------------
@@ -133,8 +167,8 @@ def canonical_address(deployer: str) -> str:
 @dataclass
 class _Shared:
     chain: Any
-    lock: threading.Lock
-    address: str | None = None
+    lock: threading.RLock  # the chain's own: a transaction waiting for its block releases it
+    addresses: dict[str, str] = field(default_factory=dict)  # settlement version -> its deployment
 
 
 _embedded: _Shared | None = None
@@ -148,8 +182,24 @@ def _embedded_chain() -> _Shared:
             from contracts import EmbeddedChain
 
             # Its clock ticks with the wall clock even after a jump ahead (tests close windows that way).
-            _embedded = _Shared(EmbeddedChain(follow_wall_clock=True), threading.Lock())
+            lock = threading.RLock()
+            _embedded = _Shared(EmbeddedChain(follow_wall_clock=True, lock=lock), lock)
         return _embedded
+
+
+@contextmanager
+def embedded_chain_paced(lead: int = BLOCK_LEAD) -> Iterator[None]:
+    """While open, this process's embedded chain keeps a real chain's pace (`EmbeddedChain.block_lead`):
+    a network of in-process nodes sends bursts of transactions, one block each, and would otherwise
+    run the chain's clock ahead of the time its nodes work in."""
+    shared = _embedded_chain()
+    with shared.lock:
+        before, shared.chain.block_lead = shared.chain.block_lead, lead
+    try:
+        yield
+    finally:
+        with shared.lock:
+            shared.chain.block_lead = before
 
 
 # -- the binding -----------------------------------------------------------------
@@ -227,10 +277,19 @@ class ChainBinding:
         self.chain.forget_nonces()
 
     def block_sync(self, number: int | None = None) -> tuple[int, str]:
-        """(number, hash) of block ``number``, or of the latest block when None. An RPC
-        chain's only: the embedded EVM lives and dies with the process, it cannot reorganise."""
+        """(number, hash) of block ``number``, or of the latest block when None; LocalError when
+        the chain has no such block. (The embedded EVM cannot reorganise, but a process's next
+        embedded chain has other hashes: the chain follower tells them apart by these.)"""
         from contracts.chain import _int
 
+        if hasattr(self.chain, "tester"):
+            from eth_tester.exceptions import BlockNotFound
+
+            try:
+                block = self.chain.tester.get_block_by_number("latest" if number is None else number)
+            except BlockNotFound:
+                raise LocalError(f"the chain has no block {number}") from None
+            return block["number"], block["hash"]
         block = self.chain.rpc("eth_getBlockByNumber", "latest" if number is None else hex(number), False)
         if block is None:
             raise LocalError(f"the chain has no block {number}")
@@ -265,29 +324,29 @@ def _has_code(chain: Any, address: str) -> bool:
     return chain.rpc("eth_getCode", address, "latest") not in ("0x", "0x0", None)
 
 
-def _deploy_canonical(chain: Any) -> str:
-    """The canonical dev deployment on an RPC chain: found, or created now."""
+def _deploy_canonical(chain: Any, version: str = "1") -> str:
+    """The canonical dev deployment of settlement ``version`` on an RPC chain: found, or created now."""
     import time
 
-    from contracts import ChainError, Settlement
+    from contracts import ChainError
     from eth_account import Account
 
-    deployer = Account.from_key(DEV_DEPLOYER_KEY).address
-    address = canonical_address(deployer)
+    key = DEV_DEPLOYER_KEY if version == "1" else DEV_DEPLOYER_KEY_V2
+    deployer = Account.from_key(key).address
+    address = canonical_address(deployer, 0 if version == "1" else V2_SETTLEMENT_NONCE)
     if _has_code(chain, address):
         return address
     if not [a for a in chain.accounts if a not in getattr(chain, "_keys", {})]:
         raise LocalError(f"no settlement contract at {address} and no dev account to deploy it: pass --contract")
     from contracts import RpcChain
 
-    deploying = RpcChain(chain.url, private_keys=(DEV_DEPLOYER_KEY,))
+    deploying = RpcChain(chain.url, private_keys=(key,))
     try:
         if deploying.balance(deployer) < ETHER:
             deploying.transact(_funder(deploying), deployer, b"", value=10 * ETHER, gas=21_000)
         try:
-            Settlement.deploy(deploying, account=deployer, unbonding_delay=DEV_UNBONDING_DELAY,
-                              min_stake=DEV_MIN_STAKE, winner_share_bps=DEV_WINNER_SHARE_BPS)
-            log.info("deployed the settlement contract at %s", address)
+            _deploy_dev(_settlement_class(version), deploying, deployer)
+            log.info("deployed the settlement contract (version %s) at %s", version, address)
         except ChainError as error:  # another node deployed it first (nonce 0 is used)
             log.info("deploying the settlement contract: %s; waiting for the other deployment", error)
     finally:
@@ -300,22 +359,24 @@ def _deploy_canonical(chain: Any) -> str:
     return address
 
 
-def ensure_dev_contract(url: str) -> str:
+def ensure_dev_contract(url: str, version: str = "1") -> str:
     """The canonical dev deployment's address on the chain at ``url``, deploying it if needed."""
     from contracts import RpcChain
 
     chain = RpcChain(url)
     try:
-        return _deploy_canonical(chain)
+        return _deploy_canonical(chain, version)
     finally:
         chain.close()
 
 
 def open_binding_sync(config: Any, seed: bytes) -> ChainBinding:
     """Connect to the configured chain and contract with this node's account (blocking)."""
-    from contracts import ChainError, RpcChain, Settlement
+    from contracts import ChainError, RpcChain
     from eth_account import Account
 
+    version = getattr(config, "settlement", "1")
+    cls = _settlement_class(version)
     key = account_key(seed)
     account = Account.from_key(key).address
     try:
@@ -328,22 +389,20 @@ def open_binding_sync(config: Any, seed: bytes) -> ChainBinding:
                     chain.accounts.append(account)
                 if config.contract:
                     address = config.contract
-                elif shared.address is None:
-                    deployed = Settlement.deploy(chain, unbonding_delay=DEV_UNBONDING_DELAY, min_stake=DEV_MIN_STAKE,
-                                                 winner_share_bps=DEV_WINNER_SHARE_BPS)
-                    address = shared.address = deployed.address
+                elif version not in shared.addresses:
+                    address = shared.addresses[version] = _deploy_dev(cls, chain).address
                 else:
-                    address = shared.address
+                    address = shared.addresses[version]
                 lock = shared.lock
         else:
             if not config.chain.startswith(("http://", "https://")):
                 raise ConfigError(f"chain must be 'embedded' or an http(s) JSON-RPC URL, not {config.chain!r}")
             chain = RpcChain(config.chain, private_keys=(key,))
-            address = config.contract or _deploy_canonical(chain)
+            address = config.contract or _deploy_canonical(chain, version)
             lock = threading.Lock()
         if not _has_code(chain, address):
             raise LocalError(f"no contract at {address} on {config.chain}")
     except ChainError as error:
         raise LocalError(f"chain {config.chain}: {error}") from None
     dev = any(a not in getattr(chain, "_keys", {}) for a in chain.accounts) or config.chain == EMBEDDED
-    return ChainBinding(chain, Settlement(chain, address, account), lock, dev=dev)
+    return ChainBinding(chain, cls(chain, address, account), lock, dev=dev)

@@ -150,10 +150,9 @@ class ChainWatch:
         """The job on chain and, once its status is final (FINALIZED, REFUNDED) and
         ``confirmations`` blocks deep, the block to record that at (the head at which it was
         first seen final: at or above the block that made it so); None until then."""
-        from contracts import JobStatus
-
         info = await binding.run(binding.settlement.job, job_id)
-        if info.status not in (JobStatus.FINALIZED, JobStatus.REFUNDED):
+        # By name: the two settlement versions number their job statuses differently.
+        if info.status.name not in ("FINALIZED", "REFUNDED"):
             self._final_since.pop(job_id, None)
             return info, None
         head = await binding.run(binding.chain.block_number)

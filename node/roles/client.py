@@ -38,7 +38,7 @@ from .job_protocols import (
 from .client_job import (
     DONE_STATES, HANDED, JOB_FINALIZED, JOB_MISSING, JOB_OPENED,
     JOB_REFUNDED, OPENED, REPORTS_IN, RESULT_CHECKED, SEATS_FILLED, SEATS_UNFILLED, SUBMITTED, UNFILLED, VERIFIED,
-    VERIFYING, ClientJob, Phase, SubmitOptions, default_windows, ended, estimate_step_seconds, phase_of, step_seconds,
+    VERIFYING, ClientJob, Phase, SubmitOptions, default_windows, ended, phase_of, step_seconds,
     verified_summary,
 )
 from .referee import RefereedJob, RefereeDuty
@@ -304,17 +304,7 @@ class ClientRole:
         asked: dict[ID, float] = {}
         lead = await self._clock_lead()
         while len(cj.record["seats"]) < options.providers and time.time() + lead < accept_by - 2:
-            skip = {p for p, t in asked.items() if time.time() - t < 10} | {
-                ID.from_base58(seat["peer"]) for seat in cj.record["seats"].values()}
-            wanted = options.providers - len(cj.record["seats"])
-            batch = self._candidates(cj, options, skip)[:wanted]
-            if not batch:
-                await trio.sleep(0.5)
-                continue
-            async with trio.open_nursery() as nursery:
-                for peer, addrs in batch:
-                    asked[peer] = time.time()
-                    nursery.start_soon(self._offer_to, cj, peer, addrs, offer, accept_by)
+            await self._offer_round(cj, options, asked, options.providers - len(cj.record["seats"]), offer, accept_by)
         if len(cj.record["seats"]) < options.providers:
             cj.record["unfilled"] = True  # refunded, then: ended unfilled
             log.warning("job %s: only %d of %d providers took it", cj.job_id.hex()[:12], len(cj.record["seats"]),
@@ -322,6 +312,21 @@ class ClientRole:
             return SEATS_UNFILLED
         log.info("job %s: handed to %d provider(s)", cj.job_id.hex()[:12], len(cj.record["seats"]))
         return SEATS_FILLED
+
+    async def _offer_round(self, cj: ClientJob, options: SubmitOptions, asked: dict[ID, float], wanted: int,
+                           offer: bytes, accept_by: int) -> None:
+        """Offer the job to up to ``wanted`` fresh candidates at once (none asked in the last 10 s,
+        none seated); with none to ask, wait a moment for adverts."""
+        skip = {p for p, t in asked.items() if time.time() - t < 10} | {
+            ID.from_base58(seat["peer"]) for seat in cj.record["seats"].values()}
+        batch = self._candidates(cj, options, skip)[:wanted]
+        if not batch:
+            await trio.sleep(0.5)
+            return
+        async with trio.open_nursery() as nursery:
+            for peer, addrs in batch:
+                asked[peer] = time.time()
+                nursery.start_soon(self._offer_to, cj, peer, addrs, offer, accept_by)
 
     async def _offer_to(self, cj: ClientJob, peer: ID, addrs: list[str], offer: bytes, accept_by: int) -> None:
         ctx = self.ctx

@@ -126,6 +126,13 @@ class SubmitOptions:
     clock: float | None = None
     provider_addrs: list[str] = field(default_factory=list)
     out: str = ""
+    # Version 2: the terms carry the step graph's element spec root, so node claims on covered operators
+    # are played on OneStepVerifier, no referee needed (docs/onchain-step.md); a job with no step graph
+    # (rounding-log) has none. False keeps every claim on the referee path.
+    on_chain_step: bool = True
+    # Version 2: the step cost σ the terms declare is the step graph's estimate times this; a machine
+    # whose cores many nodes share (an in-process testnet) runs each one's work that much slower.
+    step_cost_scale: float = 1.0
 
     def job_settings(self, work_seconds: float) -> JobSettings:
         """The job's settings: those given, the table's defaults, windows sized for ``work_seconds``."""

@@ -114,6 +114,21 @@ class RoleContext:
         self.chain_ready = trio.Event()
         self.chain_error = ""  # why the last connection attempt failed, while it does
         self.chain_watch = ChainWatch(self)  # the roles add their handlers to its on_lost and on_reorg
+        # Settlement version 2: the contract's events in order (roles subscribe), what this node trained.
+        self.follower: Any = None
+        self.trained: Any = None
+        self.job_data: Any = None
+        if getattr(self.config, "settlement", "1") == "2":
+            from .v2.data import JobDataService
+            from .v2.follower import ChainFollower
+            from .v2.trained import TrainedJobs
+
+            self.follower = ChainFollower(self)
+            self.trained = TrainedJobs(self.config.data_dir)
+            self.job_data = JobDataService(self)  # serves our seats' items after their reveal
+            self.job_data.subscribe(self.follower)
+            self.chain_watch.on_reorg.append(self.follower.on_reorg)
+            self.chain_watch.on_lost.append(self.follower.on_lost)
         self.started = trio.Event()
         self.roles: dict[str, Any] = {}
         self.trainings: dict[bytes, tuple[Any, Any]] = {}
@@ -143,6 +158,8 @@ class RoleContext:
                 self.host.gossip.set_validator(topic, valid)
                 await self.on_gossip(topic, _ignore)
             await self.connect_chain()
+            if self.follower is not None:
+                nursery.start_soon(self.follower.run, name="chain follower")
             await self.chain_watch.run()  # every node, client-only ones too
 
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None) -> None:
@@ -166,6 +183,10 @@ class RoleContext:
         for name, bit in (("provider", Role.PROVIDER), ("auditor", Role.AUDITOR), ("client", Role.CLIENT)):
             if name in self.config.roles:
                 roles |= bit
+        if self.config.settlement == "2" and roles & Role.AUDITOR:
+            # Draws of referees and witnesses probe ROLE_REFEREE nodes; a version-2 auditor runs both
+            # duties (AuditorRoleV2 starts the referee's, every node the witness's).
+            roles |= Role.REFEREE
         stake = parse_ether(self.config.stake, "stake") if roles & (Role.PROVIDER | Role.AUDITOR) else 0
         delay = CHAIN_RETRY_MIN
         quiet_until = trio.current_time() + CHAIN_QUIET

@@ -38,6 +38,7 @@ TOPIC_PROVIDERS = "gavel/providers/1"
 TOPIC_JOBS = "gavel/jobs/1"
 TOPIC_COMMITMENTS = "gavel/commitments/1"
 TOPIC_VERDICTS = "gavel/verdicts/1"
+TOPIC_STATEMENTS = "gavel/statements/2"  # settlement 2: seats' signed statements (v2.statements_keeper)
 
 # Checking an offer fetches the bundle and builds the training program (seconds).
 JOB_LIMITS = StreamLimits(max_frame=4 << 20, read_timeout=10.0, write_timeout=10.0, idle_timeout=60.0)
@@ -268,9 +269,17 @@ def _verdict_notice(obj: Any) -> None:
         raise BadMessage("malformed verdict notice")
 
 
+def _statement_notice(obj: Any) -> None:
+    # the shape only; the keeper checks the signature (the statement's own parse is version 2's)
+    fields = {"job": bytes, "seat": str, "kind": int, "index": int, "value": bytes, "signature": bytes}
+    if not isinstance(obj, dict) or any(not isinstance(obj.get(k), t) for k, t in fields.items()):
+        raise BadMessage("malformed seat statement")
+
+
 GOSSIP_VALIDATORS = {
     TOPIC_PROVIDERS: _valid(Advert.from_wire),
     TOPIC_JOBS: _valid(JobAnnouncement.from_wire),
     TOPIC_COMMITMENTS: _valid(CommitmentNotice.from_wire),
     TOPIC_VERDICTS: _valid(_verdict_notice),
+    TOPIC_STATEMENTS: _valid(_statement_notice),
 }

@@ -4,8 +4,9 @@ Bundle: one blob, msgpack ``{"format": "gavel-job/1", "toml": spec, "files": {na
 The spec is the client's job file rewritten so that its data paths name files of the
 bundle (``data.<ext>``, ``labels.npy``, ``tokenizer.json``, and the initial weights
 ``init.safetensors``); built-in and synthetic data need no file. A rounding-log job
-(`roundlog_jobs`) ships its model's code as ``model.py``. Each file is its own
-blob, fetched and verified chunk by chunk like any other.
+(`roundlog_jobs`, `prepare_roundlog_bundle`) keeps its own tables and ships its model's code
+as ``model.py``, and the client's data files under a graph-mode job's names (`data_files`).
+Each file is its own blob, fetched and verified chunk by chunk like any other.
 
 Job directory (``<data dir>/jobs/<job id hex>/``): ``job.toml``, the data files, and
 ``run/`` with the training run's checkpoints and ``trace.json`` (``repops_cupy.train``).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,8 @@ def job_dir(root: Path, job_id: bytes) -> Path:
 # -- the spec as TOML ------------------------------------------------------------------
 
 
-def _toml(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """A TOML value (the bundles' TOML: a graph-mode spec's and a rounding-log job's tables)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -52,7 +55,7 @@ def _toml(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise BundleError(f"cannot write {value!r} to TOML")
 
 
@@ -105,29 +108,44 @@ def spec_toml(spec: Any, *, data_path: str = "", labels_path: str = "", tokenize
     lines = []
     for name, table in (("job", job), ("data", data), ("model", model), ("optimizer", optimizer)):
         lines.append(f"[{name}]")
-        lines += [f"{k} = {_toml(v)}" for k, v in table.items()]
+        lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
         lines.append("")
     return "\n".join(lines)
 
 
 def _local_data_files(spec: Any) -> dict[str, Path]:
-    """Bundle name -> local file of the data a spec reads (none for built-in or synthetic data)."""
-    d = spec.data
-    base = Path(spec.base_dir)
-    files: dict[str, Path] = {}
-    for name, given in ((TOKENIZER_FILE, d.tokenizer_file), (INIT_FILE, spec.model.init)):
-        if given:
-            path = Path(given).expanduser()
-            files[name] = path if path.is_absolute() else base / path
+    """Bundle name -> local file of the data and initial weights a spec reads."""
+    files = data_files(spec.data, spec.base_dir)
+    if spec.model.init:
+        init = Path(spec.model.init).expanduser()
+        files[INIT_FILE] = init if init.is_absolute() else Path(spec.base_dir) / init
+    return files
+
+
+def data_files(d: Any, base_dir: str | Path) -> dict[str, Path]:
+    """Bundle name -> local file of the data a `DataSpec` reads (none for built-in or synthetic
+    data); a rounding-log job's file data travels by this too."""
+    base = Path(base_dir)
+
+    def local(given: str) -> Path:
+        path = Path(given).expanduser()
+        return path if path.is_absolute() else base / path
+
+    files = {TOKENIZER_FILE: local(d.tokenizer_file)} if d.tokenizer_file else {}
     if d.kind in ("synthetic", "synthetic-images") or (d.kind == "text" and d.path.startswith("builtin:")):
         return files
-    path = Path(d.path).expanduser()
-    path = path if path.is_absolute() else base / path
+    path = local(d.path)
     files["data" + (path.suffix.lower() if re.fullmatch(r"\.[A-Za-z0-9]{1,8}", path.suffix) else "")] = path
     if d.labels:
-        labels = Path(d.labels).expanduser()
-        files["labels.npy"] = labels if labels.is_absolute() else base / labels
+        files["labels.npy"] = local(d.labels)
     return files
+
+
+def bundled_data_paths(files: dict[str, Path]) -> dict[str, str]:
+    """The data fields of a bundle's spec: each names its file of the bundle ("" for none)."""
+    return {"data_path": next((n for n in files if n.startswith("data")), ""),
+            "labels_path": "labels.npy" if "labels.npy" in files else "",
+            "tokenizer_path": TOKENIZER_FILE if TOKENIZER_FILE in files else ""}
 
 
 def bundle_of_file(job_file: Path) -> tuple[str, dict[str, Path]]:
@@ -135,11 +153,11 @@ def bundle_of_file(job_file: Path) -> tuple[str, dict[str, Path]]:
     code); raises BundleError on a job that cannot travel."""
     from repops_cupy.jobspec import JobSpecError, load_job
 
-    from .roundlog_jobs import RoundLogBundleError, is_roundlog_file, prepare_roundlog_bundle
+    from .roundlog_jobs import RoundLogBundleError, is_roundlog_file
 
     try:
         if is_roundlog_file(job_file):
-            return prepare_roundlog_bundle(job_file)
+            return prepare_roundlog_bundle(Path(job_file))
         return prepare_bundle(load_job(job_file))
     except (JobSpecError, RoundLogBundleError) as error:
         raise BundleError(str(error)) from None
@@ -148,10 +166,51 @@ def bundle_of_file(job_file: Path) -> tuple[str, dict[str, Path]]:
 def prepare_bundle(spec: Any) -> tuple[str, dict[str, Path]]:
     """The bundle's TOML and the local files to ship with it."""
     files = _local_data_files(spec)
-    data_name = next((n for n in files if n.startswith("data")), "")
-    return spec_toml(spec, data_path=data_name, labels_path="labels.npy" if "labels.npy" in files else "",
-                     tokenizer_path=TOKENIZER_FILE if TOKENIZER_FILE in files else "",
-                     init_path=INIT_FILE if INIT_FILE in files else ""), files
+    return spec_toml(spec, **bundled_data_paths(files), init_path=INIT_FILE if INIT_FILE in files else ""), files
+
+
+def prepare_roundlog_bundle(job_file: Path) -> tuple[str, dict[str, Path]]:
+    """A rounding-log job's bundle: its tables as the client wrote them, but ``model.source``
+    naming ``model.py`` and the data fields naming the data's files of the bundle (the client's
+    own data, by a graph-mode job's rules: `data_files`); and the local files to ship."""
+    from repops_cupy.jobspec import parse_data
+    from repops_cupy.roundlog.roundlog_job import FILE_DATA
+
+    from .roundlog_jobs import MODEL_FILE, model_source_file
+
+    base = job_file.resolve().parent
+    raw = tomllib.loads(job_file.read_text())
+    source = model_source_file(raw, base)
+    if not source.is_file():
+        raise BundleError(f"model.source: {source} is not a file")
+    raw["model"]["source"] = MODEL_FILE
+    files = {MODEL_FILE: source}
+    data = raw.get("data")
+    if isinstance(data, dict) and data.get("kind") in FILE_DATA:
+        found = data_files(parse_data(data), base)
+        named = bundled_data_paths(found)
+        for field, name in (("path", named["data_path"]), ("labels", named["labels_path"]),
+                            ("tokenizer", named["tokenizer_path"])):
+            if name:
+                if not found[name].is_file():
+                    raise BundleError(f"data.{field}: {found[name]} is not a file (to ship as {name})")
+                data[field] = name
+        files.update(found)
+    lines: list[str] = []
+    for name, table in raw.items():
+        if not isinstance(table, dict):
+            raise BundleError(f"{name}: a rounding-log job file has only tables at its top level")
+        lines += _toml_tables(json.dumps(name), table)
+    return "\n".join(lines), files
+
+
+def _toml_tables(prefix: str, table: dict) -> list[str]:
+    scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    lines = [f"[{prefix}]"] + [f"{json.dumps(k)} = {toml_value(v)}" for k, v in scalars.items()] + [""]
+    for key, sub in table.items():
+        if isinstance(sub, dict):
+            lines += _toml_tables(f"{prefix}.{json.dumps(key)}", sub)
+    return lines
 
 
 def encode_bundle(toml_text: str, file_ids: dict[str, bytes]) -> bytes:

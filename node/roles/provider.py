@@ -66,6 +66,8 @@ class JobGone(Exception):
 
 
 class ProviderRole:
+    active_states = ACTIVE_STATES  # the job rows a restart resumes and a lost chain forgets
+
     def __init__(self, ctx: RoleContext) -> None:
         self.ctx = ctx
         self.config = ctx.config
@@ -83,23 +85,33 @@ class ProviderRole:
 
     async def run(self) -> None:
         ctx = self.ctx
-        ctx.job_ops["offer"] = self.on_offer
-        ctx.job_ops["trace"] = self.on_trace
-        ctx.job_ops["challenge"] = self.on_challenge
-        ctx.party_sources.append(self.party_spec)
+        self._install()
         await ctx.wait_chain()
         ctx.chain_watch.on_lost.append(self._forget)
+        await self._before_jobs()
         for job in await ctx.storage.run(lambda: ctx.storage.jobs(role=ROLE)):
-            if job.state in ACTIVE_STATES and await self._reconcile(job.job_id, job.state):
+            if job.state in self.active_states and await self._reconcile(job.job_id, job.state):
                 self.working.add(job.job_id)
                 ctx.start_soon(self.work, job.job_id, name=f"provider job {job.job_id.hex()[:12]}")
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._advertise)
             nursery.start_soon(self._collect)
 
+    def _install(self) -> None:
+        """The requests this role answers (before the chain is joined)."""
+        ctx = self.ctx
+        ctx.job_ops["offer"] = self.on_offer
+        ctx.job_ops["trace"] = self.on_trace
+        ctx.job_ops["challenge"] = self.on_challenge
+        ctx.party_sources.append(self.party_spec)
+
+    async def _before_jobs(self) -> None:
+        """What must run once the chain is joined and before the stored jobs resume."""
+        await trio.lowlevel.checkpoint()
+
     async def _forget(self, old: Any, new: Any) -> None:
         """The chain changed: our jobs it does not know are lost, their runs stopped."""
-        for job_id in await forget_lost_jobs(self.ctx, ROLE, ACTIVE_STATES, old, new):
+        for job_id in await forget_lost_jobs(self.ctx, ROLE, self.active_states, old, new):
             self.working.discard(job_id)
             self.runs.pop(job_id, None)
 

@@ -153,7 +153,7 @@ class JobRun:
                 trace = train_roundlog_run(self.training, self.run_dir, on_step=on_step)
             else:
                 trace = train(self.training.spec, self.run_dir, resume=resume, device=self.device, on_step=on_step,
-                              program=self.training, workers=self.workers,
+                              program=self.loop_program(), workers=self.workers,
                               threads=max(1, kernel_threads() // self.workers))
         except (TrainingError, CheckpointError) as error:  # a damaged or foreign run directory
             raise RunFailed(str(error)) from None
@@ -177,6 +177,7 @@ class JobRun:
         cheat.oracle.train(prefix=honest, prefix_steps=(cheat.truth.step or 1) - 1)
         log.warning("job %s: cheating on purpose (%s): %s", self.job_id.hex()[:12], self.cheat, cheat.description)
         self._cheat_oracle, self._cheat_rewrite = cheat.oracle, cheat.rewrite
+        self.deviated(cheat.oracle)
         trace = Trace(self.training.spec.name, self.training.identity().hex(), self.schedule.steps, self.schedule.every)
         for c, digest in enumerate(cheat.oracle.checkpoint_states()):
             step = self.schedule.checkpoint_step(c)
@@ -185,6 +186,15 @@ class JobRun:
             trace.checkpoints.append({"index": c, "step": step, "state_hash": digest.hex(), "file": checkpoint_file(step)})
         trace.save(self.run_dir)
         return trace
+
+    # -- what a subclass may add to a run (settlement version 2 records every step's state) ---
+
+    def loop_program(self) -> Any:
+        """The program the training loop steps (the job's own)."""
+        return self.training
+
+    def deviated(self, oracle: TrainingOracle) -> None:
+        """A deviating run was computed in memory (its oracle holds every step's state hash)."""
 
     # -- answering disputes ------------------------------------------------------------
 

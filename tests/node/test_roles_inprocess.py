@@ -157,6 +157,8 @@ async def test_a_client_restarted_mid_dispute_resumes_refereeing_it(tmp_path):
         restarted = Node(config, load_seed(config))
         await nursery.start(restarted.run)
         client_role = await role(restarted, "client")
+        with trio.fail_after(60):
+            await client_role.ready.wait()  # its jobs are read back from its database before it is ready
         cj = client_role.jobs[job_id]
         await wait_for(lambda: cj.state == "verified", timeout=180)
         advance_embedded_chain(600)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-from node.roles.client import SubmitOptions, default_windows, estimate_step_seconds, phase_of
+from node.roles.client_job import SubmitOptions, default_windows, estimate_step_seconds, phase_of
 from protocol.settings import DEFAULT_JOB_SETTINGS, WINDOW_FLOOR, WINDOW_MARGIN
 
 ACCEPT_WITHIN = DEFAULT_JOB_SETTINGS.accept_within

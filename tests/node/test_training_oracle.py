@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from protocol import (
-    DEFENDER, DisputeParty, DisputeRules, Identity, Program, StateOutputs, TensorPayload, decode_program_leaf,
+    DEFENDER, DisputeParty, DisputeRules, Identity, StateOutputs, TensorPayload, decode_program_leaf,
     hash_tree, state_root,
 )
 from repops_cupy import registry

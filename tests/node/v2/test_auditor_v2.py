@@ -1,0 +1,238 @@
+"""The auditor on the real contract: a small MLP job revealed by hand (one honest seat, one whose node
+output at step 4 is changed), every seat's real defender answering, the auditor learning the job and
+the reveals from the chain's events alone and replaying from the seats' checkpoints."""
+from __future__ import annotations
+
+import json
+import random
+
+import trio
+
+from contracts.records import LoggedEvent
+from contracts.settlement_v2 import ForfeitReason, JobSettled, JobStatus, TraceRevealed
+from contracts.settlement_v2_games import NODE, STEP, ClaimPicked, ClaimStatus, GameOpened
+from node.roles.v2.auditor import Audit, Auditor
+from node.roles.v2.defender import Defender
+from node.roles.v2.game_keeper import GameKeeper
+from node.roles.v2.referee import RefereeDuty
+from protocol import claim_lists
+from protocol.claims import game_id
+from tests.contracts.game_world_v2 import holdings
+
+from ..conftest import trio_test
+from .claim_world import EventPump, Spawner, binding, cast_v2, play_out, _stage_v2  # noqa: F401
+from .test_defender import CHEATED_STEP, Seat, auditor_of, events_of, revealed_job, runs  # noqa: F401
+
+
+@trio_test(180)
+async def test_the_auditor_finds_the_cheated_interval_and_picks_down_to_the_changed_node(cast_v2, runs, tmp_path):
+    w = cast_v2
+    honest, cheat, cheated_node = runs
+    account = auditor_of(w)
+    jid = revealed_job(w, (honest, cheat))
+    honest_seat, cheater = w.providers[:2]
+    oracles = {honest_seat: honest, cheater: cheat}
+    before = {a: holdings(w, a) for a in (account, honest_seat, cheater)}
+    pump, spawn = EventPump(w.settlement), Spawner()
+
+    async def training_of(job_id):
+        await trio.lowlevel.checkpoint()
+        return honest.training
+
+    async def checkpoint_of(job_id, seat, c):  # what the seat serves (the data service checks it against trace[c])
+        await trio.lowlevel.checkpoint()
+        return oracles[seat].checkpoint_state(c)
+
+    auditor = Auditor(binding(w, account), spawn, training_of, checkpoint_of, rate=1.0, rng=random.Random(1))
+    auditor.subscribe(pump)
+    for seat, oracle in oracles.items():
+        (tmp_path / seat).mkdir()
+        Defender(binding(w, seat), {jid: Seat(oracle)}, tmp_path / seat, spawn,
+                 lambda referee, evidence: duty.accept("a seat", evidence)).subscribe(pump)
+    duty = RefereeDuty(binding(w, w.client), tmp_path / "client", spawn, training_of)
+    duty.subscribe(pump)
+    keeper = GameKeeper(binding(w, account))
+    keeper.subscribe(pump)
+    await play_out(pump, spawn)
+
+    c, j = claim_lists.step_index(cheat.schedule, CHEATED_STEP)
+    assert auditor.results[(jid, w.settlement.seat(jid, honest_seat).trace_root)] == {i: True for i in range(3)}
+    assert auditor.results[(jid, w.settlement.seat(jid, cheater).trace_root)] == {0: True, c: False}
+    opened = [e.event for e in w.settlement.events(0) if isinstance(e.event, GameOpened)]
+    assert [(g.trace_root, g.interval, g.opener) for g in opened] == [
+        (w.settlement.seat(jid, cheater).trace_root, c, account)]
+    picks = [e.event for e in w.settlement.events(0) if isinstance(e.event, ClaimPicked)]
+    assert [(p.level, p.index, p.author) for p in picks] == [(STEP, j, account), (NODE, cheated_node, account)]
+    node_claim = picks[1].claim_id
+    assert w.settlement.claim(node_claim).ruled and not w.settlement.claim(node_claim).defender_right
+
+    # the path ends by the auditor's own keeper once nobody appealed
+    w.mine_at(w.settlement.ruling(node_claim).appeal_by)
+    for _ in range(6):
+        await keeper.keep_once()
+        await play_out(pump, spawn)
+        w.chain.mine(w.chain.now() + 600)
+    assert w.settlement.claim(opened[0].game_id).status == ClaimStatus.UPHELD
+    assert w.settlement.seat(jid, cheater).forfeit == ForfeitReason.LOST_GAME
+    after = {a: holdings(w, a) for a in before}
+    assert after[account] > before[account] and after[cheater] < before[cheater]
+    assert after[honest_seat] == before[honest_seat]
+    assert not [m for m, _ in auditor.moves if m == "appeal"]
+    w.assert_every_coin_accounted()
+
+    # an auditor that audits no job (audit_jobs 0) fetches and moves nothing
+    idle, again = Auditor(binding(w, account), spawn, training_of, checkpoint_of, rate=1.0, jobs=0.0), EventPump(
+        w.settlement)
+    idle.subscribe(again)
+    await play_out(again, spawn)
+    assert idle.chosen == {jid: False} and not idle.seat_of and not idle.moves
+
+
+@trio_test(180)
+async def test_a_restarted_auditor_still_picks_down_the_game_it_opened_and_prunes_its_file(cast_v2, runs, tmp_path):
+    w = cast_v2
+    honest, cheat, cheated_node = runs
+    account = auditor_of(w)
+    jid = revealed_job(w, (honest, cheat))
+    honest_seat, cheater = w.providers[:2]
+    oracles = {honest_seat: honest, cheater: cheat}
+    spawn, data_dir = Spawner(), tmp_path / "auditor"
+
+    async def training_of(job_id):
+        await trio.lowlevel.checkpoint()
+        return honest.training
+
+    async def checkpoint_of(job_id, seat, c):
+        await trio.lowlevel.checkpoint()
+        return oracles[seat].checkpoint_state(c)
+
+    def auditor_on(pump):
+        made = Auditor(binding(w, account), spawn, training_of, checkpoint_of, rate=1.0, rng=random.Random(1),
+                       data_dir=data_dir)
+        made.subscribe(pump)
+        return made
+
+    # the auditor opens its game on the cheater's root and is dropped before any seat answers
+    before = EventPump(w.settlement)
+    first = auditor_on(before)
+    await play_out(before, spawn)
+    c, j = claim_lists.step_index(cheat.schedule, CHEATED_STEP)
+    game = game_id(jid, w.settlement.seat(jid, cheater).trace_root, c)
+    assert first.moves == [("openGame", game)]
+    assert list(json.loads((data_dir / "auditor.json").read_text())["games"]) == [game.hex()]
+
+    # started again on the same directory, on a follower that hands no event from before
+    after = EventPump(w.settlement)
+    after.seen = {(e.block_number, e.log_index) for e in w.settlement.events(0)}
+    restarted = auditor_on(after)
+    async with spawn.tasks():
+        restarted.resume()
+    others = EventPump(w.settlement)  # the seats, the client's referee duty and a keeper, answering only now
+    for seat, oracle in oracles.items():
+        (tmp_path / seat).mkdir()
+        Defender(binding(w, seat), {jid: Seat(oracle)}, tmp_path / seat, spawn,
+                 lambda referee, evidence: duty.accept("a seat", evidence)).subscribe(others)
+    duty = RefereeDuty(binding(w, w.client), tmp_path / "client", spawn, training_of)
+    duty.subscribe(others)
+    keeper = GameKeeper(binding(w, account))
+    keeper.subscribe(others)
+    await play_both(others, after, spawn)
+
+    picks = [e.event for e in w.settlement.events(0) if isinstance(e.event, ClaimPicked)]
+    assert [(p.level, p.index, p.author) for p in picks] == [(STEP, j, account), (NODE, cheated_node, account)]
+    assert [m for m, _ in restarted.moves] == ["pick_step", "pick_node"]
+    node_claim = picks[1].claim_id
+    assert w.settlement.claim(node_claim).ruled and not w.settlement.claim(node_claim).defender_right
+
+    w.mine_at(w.settlement.ruling(node_claim).appeal_by)
+    for _ in range(6):
+        await keeper.keep_once()
+        await play_both(others, after, spawn)
+        w.chain.mine(w.chain.now() + 600)
+    assert w.settlement.claim(game).status == ClaimStatus.UPHELD
+    assert json.loads((data_dir / "auditor.json").read_text())["games"] == {}
+    assert not restarted.followed and not restarted.picks and not restarted.lists and not restarted.claim_game
+
+
+async def play_both(others, auditor_pump, spawn, *, rounds: int = 20) -> None:
+    """play_out over two followers: the other roles' and the restarted auditor's."""
+    for _ in range(rounds):
+        async with spawn.tasks():
+            if not await others.deliver() + await auditor_pump.deliver():
+                return
+
+
+@trio_test(180)
+async def test_every_seat_of_an_audited_root_is_asked_its_signed_steps_lists_the_replay_made_once(cast_v2, runs):
+    """Two seats reveal one root: the auditor replays it once, from the first seat's checkpoints, and asks
+    each seat its signed steps list of every sampled interval (an equivocating co-seat is caught only
+    where two samplers asked it); a seat that reveals after the audit is asked the replayed intervals."""
+    w = cast_v2
+    honest = runs[0]
+    account = auditor_of(w)
+    jid = revealed_job(w, (honest, honest))
+    first, second = w.providers[:2]
+    pump, spawn = EventPump(w.settlement), Spawner()
+    fetched: list[tuple[str, int]] = []
+    asked: list[tuple[str, int, tuple]] = []
+
+    async def training_of(job_id):
+        await trio.lowlevel.checkpoint()
+        return honest.training
+
+    async def checkpoint_of(job_id, seat, c):
+        await trio.lowlevel.checkpoint()
+        fetched.append((seat, c))
+        return honest.checkpoint_state(c)
+
+    async def told_steps(job_id, seat, c, ours):
+        await trio.lowlevel.checkpoint()
+        asked.append((seat, c, tuple(ours)))
+
+    auditor = Auditor(binding(w, account), spawn, training_of, checkpoint_of, rate=1.0, rng=random.Random(1),
+                      told_steps=told_steps)
+    auditor.subscribe(pump)
+    await play_out(pump, spawn)
+    root = w.settlement.seat(jid, first).trace_root
+    intervals = len(honest.checkpoint_states()) - 1
+    assert auditor.results[(jid, root)] == {c: True for c in range(intervals)}
+    assert sorted(fetched) == [(first, c) for c in range(intervals)]  # one replay, from the first revealer
+    lists = {c: tuple(claim_lists.steps_list(honest, c)) for c in range(intervals)}
+    assert sorted(asked) == sorted((seat, c, lists[c]) for seat in (first, second) for c in range(intervals))
+
+    # a third seat of the root, revealed once the audit is over, is asked the intervals replayed (and only once)
+    late = w.providers[2]
+    asked.clear()
+    reveal = LoggedEvent(TraceRevealed(jid, late, root, 0), 0, bytes(32), 0)
+    async with spawn.tasks():
+        for _ in range(2):  # a reveal handed twice (a follower's catch-up) asks nothing twice
+            await auditor.on_revealed(reveal)
+    assert sorted(asked) == sorted((late, c, lists[c]) for c in range(intervals))
+
+
+@trio_test(120)
+async def test_an_audit_still_running_when_its_job_settles_stops_without_an_error(cast_v2, runs):
+    """The job's JobSettled forgets its audits; an audit task still replaying afterwards ends quietly
+    (it raised KeyError on the forgotten audit and the node logged the task as failed)."""
+    w = cast_v2
+    honest = runs[0]
+    account = auditor_of(w)
+    jid = revealed_job(w, (honest,))
+    fetched: list[int] = []
+
+    async def training_of(job_id):
+        await trio.lowlevel.checkpoint()
+        return honest.training
+
+    async def checkpoint_of(job_id, seat, c):
+        await trio.lowlevel.checkpoint()
+        fetched.append(c)
+        return honest.checkpoint_state(c)
+
+    auditor = Auditor(binding(w, account), Spawner(), training_of, checkpoint_of, rate=1.0, rng=random.Random(1))
+    (reveal,) = events_of(w, TraceRevealed)
+    auditor.chosen[jid] = True
+    auditor.audits[(jid, reveal.event.trace_root)] = Audit(reveal.event.seat, reveal.block_number)
+    settled = LoggedEvent(JobSettled(jid, JobStatus.FINALIZED, 1), 0, bytes(32), 0)
+    await auditor.on_settled(settled)  # as the follower hands it while the audit task waits its turn
+    assert await auditor.audit(reveal) == {} and fetched == []
