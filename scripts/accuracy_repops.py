@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import sys
 import time
 import warnings
