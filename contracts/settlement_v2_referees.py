@@ -168,6 +168,7 @@ class StepGameOpened(SettlementEvent):
     defender: str
     clock: int
     step_by: int
+    setup: tuple  # OneStepVerifier.Setup as opened, decoded as the call's argument is (`duels.setup_of`)
 
 
 REFEREE_EVENT_TYPES = (ClaimRuled, RefereeDrawArmed, RefereeDrawn, RefereeTimedOut, RefereesExhausted, AppealOpened,

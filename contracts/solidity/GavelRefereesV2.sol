@@ -70,8 +70,10 @@ contract GavelRefereesV2 is SettlementStorageV2 {
         uint256 toReferee, uint256 toFavoured, uint256 burned);
     /// @notice A claimant opened a duel of the fourth level on OneStepVerifier (game `id`): each side's
     /// clock is `clock` seconds, and the game ends by `stepBy` (settleStepGame from then on at the latest).
+    /// `setup` is the game's setup as opened (the element, the inputs, both sides' outputs): the defender
+    /// builds its trace from it even when the claimant called through a contract of its own.
     event StepGameOpened(bytes32 indexed claimId, uint256 id, address challenger, address defender, uint64 clock,
-        uint64 stepBy);
+        uint64 stepBy, OneStepVerifier.Setup setup);
 
     /// @notice The module was called directly: its calls run only on GavelSettlementV2's storage.
     error RefereeDirectCall();
@@ -305,25 +307,41 @@ contract GavelRefereesV2 is SettlementStorageV2 {
         StepGameProofs calldata proofs,
         address defender
     ) external viaSettlement nonReentrant returns (uint256 id) {
-        (Claim storage claim, bytes32 jobId) = _openNodeClaim(claimId);
-        _checkDuel(claimId, claim, jobId, defender);
-        uint32 graphNodes = _gameParams[jobId].graphNodes;
-        // Entry N is the state after the step: no operator, no element program.
-        if (claim.index >= graphNodes) revert StepGameNotAnOperator(claim.index);
-        _checkTensors(claim.listRoot, graphNodes + 1, claim.index, setup, proofs);
-        _checkSpec(_gameParams[jobId].elementSpecRoot, graphNodes, claim.index, setup, proofs.inputNodes, proofs.specProof);
+        bytes32 jobId = _checkStepGame(claimId, setup, proofs, defender);
         _lock(_activeNode(msg.sender), msg.sender, _bonds(jobId).pickNode);
         // Each side's clock: E_rule to trace the element, then Δ for its commit and each reveal.
         uint64 clock = uint64(_jobs[jobId].allowed.rule) + uint64(_depth(setup.length) + 1) * MARGIN;
         // Both clocks bound the game; the ruling comes within 2Δ after them.
         uint64 stepBy = uint64(block.timestamp) + 2 * clock + 2 * MARGIN;
         id = OneStepVerifier(STEP_VERIFIER).open(setup, msg.sender, defender, clock);
+        _recordStepGame(claimId, id, defender, stepBy);
+        emit StepGameOpened(claimId, id, msg.sender, defender, clock, stepBy, setup);
+    }
+
+    /// The duel may open: an open node claim of an operator node, a defender that may duel on it, the
+    /// setup's tensors in the claim's list and its program the job's element spec of the node. The job's id.
+    function _checkStepGame(
+        bytes32 claimId,
+        OneStepVerifier.Setup calldata setup,
+        StepGameProofs calldata proofs,
+        address defender
+    ) private view returns (bytes32 jobId) {
+        Claim storage claim;
+        (claim, jobId) = _openNodeClaim(claimId);
+        _checkDuel(claimId, claim, jobId, defender);
+        uint32 graphNodes = _gameParams[jobId].graphNodes;
+        // Entry N is the state after the step: no operator, no element program.
+        if (claim.index >= graphNodes) revert StepGameNotAnOperator(claim.index);
+        _checkTensors(claim.listRoot, graphNodes + 1, claim.index, setup, proofs);
+        _checkSpec(_gameParams[jobId].elementSpecRoot, graphNodes, claim.index, setup, proofs.inputNodes, proofs.specProof);
+    }
+
+    function _recordStepGame(bytes32 claimId, uint256 id, address defender, uint64 stepBy) private {
         _dueled[keccak256(abi.encode(claimId, msg.sender, defender))] = true;
         _stepGames[id] = StepGameRef(claimId, msg.sender, stepBy, defender, false);
         StepClaim storage duels = _stepClaims[claimId];
         duels.games += 1;
         duels.open += 1;
-        emit StepGameOpened(claimId, id, msg.sender, defender, clock, stepBy);
     }
 
     // ------------------------------------------------------------------ views

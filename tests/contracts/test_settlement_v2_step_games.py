@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from eth_abi import encode as abi_encode
 
 from contracts.settlement_v2 import ForfeitReason
 from contracts.settlement_v2_games import ClaimJoined, ClaimStatus, StepGameSettled
@@ -18,6 +19,7 @@ from contracts.settlement_v2_referees import ClaimRuled
 from contracts.step_verifier import StepVerifier
 from protocol import economics
 from protocol.economics import ESTIMATED_GAS
+from protocol.element_specs import SETUP_ABI
 from protocol.step_game import BOTH_LOST, CHALLENGER_WON, DEFENDER_WON, OUTCOME_CODES
 
 from .game_world_v2 import GameTable, holdings, register_auditors
@@ -78,6 +80,8 @@ def test_a_cheating_defender_loses_its_duel_and_its_stake(cast_v2, run):
     auditor, (honest, cheater) = duel.opened.challenger, w.providers[:2]
     before = {a: holdings(w, a) for a in (auditor, honest, cheater, w.client)}  # bonds are locks: all in
     assert w.settlement.step_claim(node).games == 1
+    # the event carries the setup whole (the defender reads it there, not from the opener's calldata)
+    assert abi_encode([SETUP_ABI], [duel.opened.setup]) == abi_encode([SETUP_ABI], [duel.setup.as_abi()])
     played = play_duel(t, duel, ruler=0)
     assert played.outcome == CHALLENGER_WON
     settled = _settled(t, duel)

@@ -31,7 +31,8 @@ checks them).
 
 Kept across a restart (``duels.json``, `duty_state`): each duel this node plays, by its verifier
 id, with its side and the block of its ``StepGameOpened`` (the setup is read again from that
-transaction's calldata), until it is Done or its stepBy passed. The player is rebuilt from the
+event, which carries it whole: a claimant that opens through a contract of its own hides
+nothing), until it is Done or its stepBy passed. The player is rebuilt from the
 side's source on the first pass.
 
 `SpecRoots` gives each job's elementSpecRoot from its ``JobOpened`` (read back from the chain on
@@ -138,7 +139,7 @@ def build_player(case: DuelCase, setup: StepSetup, material: DuelMaterial, step_
 
 
 def setup_of(raw: Any, graph: Any, n: int) -> StepSetup:
-    """The `StepSetup` of an ``openStepGame``'s decoded setup argument, its spec node n's of `graph`;
+    """The `StepSetup` of a ``StepGameOpened``'s setup (as ``openStepGame`` took it), its spec node n's of `graph`;
     LocalError when they are not one setup (the contract proved the spec against the job's root, so
     only another job's graph gives another)."""
     node = node_element_spec(graph, n)
@@ -260,8 +261,7 @@ class Duels:
             logged = await self._opened_event(duel, block)
             case = await self._case(logged.event, side)
             material = await source(case)
-            setup = await trio.to_thread.run_sync(setup_of, await self._setup_argument(logged), material.graph,
-                                                  case.node)
+            setup = await trio.to_thread.run_sync(setup_of, logged.event.setup, material.graph, case.node)
             playing = await trio.to_thread.run_sync(build_player, case, setup, material, logged.event.step_by)
             self.playing[duel] = playing
             log.info("duel %d: our trace of element %d of node %d has %d steps (depth %d)", duel, setup.element,
@@ -279,12 +279,6 @@ class Duels:
             if isinstance(found.event, StepGameOpened) and found.event.id == duel:
                 return found
         raise LocalError(f"no StepGameOpened of duel {duel} at block {block}")
-
-    async def _setup_argument(self, logged: Any) -> Any:
-        name, args = await self.chain.run(self.chain.settlement.call_of, logged)
-        if name != "openStepGame" or bytes(args[0]) != logged.event.claim_id:
-            raise LocalError("the duel was opened through another contract: its setup is not in the calldata")
-        return args[1]
 
     async def _case(self, e: StepGameOpened, side: int) -> DuelCase:
         s = self.chain.settlement
