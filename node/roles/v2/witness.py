@@ -109,23 +109,46 @@ class WitnessDuty:
         return await self._attest(demand_id, demand, served)
 
     async def _fetch(self, demand_id: bytes, demand: Any, *, last: int) -> bool:
-        """Until chain time ``last``: the item from the seat, checked, then relayed; True once relayed."""
-        chain = self.chain
+        """Until chain time ``last``: the item from the seat, checked, then relayed; True once relayed.
+        An attempt still under way at ``last`` is cancelled: one slow stream (a seat that stalls, a
+        loaded machine) must not carry the attestation past attestBy, where the bond burns."""
         while True:
+            outcome = await self._attempt_until(demand_id, demand, last)
+            if outcome is not None:
+                return outcome
+            await trio.sleep(self.retry)
+
+    async def _attempt_until(self, demand_id: bytes, demand: Any, last: int) -> bool | None:
+        """One fetch raced against the chain's clock: True relayed, False ``last`` reached, None failed."""
+        chain = self.chain
+        outcome: list[bool] = []
+
+        async def attempt(cancel: trio.CancelScope) -> None:
             try:
                 _, blob_id = await self.data.fetch_checked(demand.job_id, demand.seat, demand.item)
             except (PeerError, LocalError) as error:
-                log.info("witness: demand %s: item %d of seat %s: %s", demand_id.hex()[:12], demand.item, demand.seat,
-                         error)
+                log.info("witness: demand %s: item %d of seat %s: %s", demand_id.hex()[:12], demand.item,
+                         demand.seat, error)
             else:
                 await self.data.relay(demand.job_id, demand.seat, demand.item, blob_id)
-                return True
-            try:
-                if await chain.run(chain.chain.now) >= last:
-                    return False
-            except chain_failures() as error:
-                log.info("witness: reading the chain's clock: %s", describe_chain_error(error))
-            await trio.sleep(self.retry)
+                outcome.append(True)
+            cancel.cancel()
+
+        async def clock(cancel: trio.CancelScope) -> None:
+            while True:
+                try:
+                    if await chain.run(chain.chain.now) >= last:
+                        outcome.append(False)
+                        cancel.cancel()
+                        return
+                except chain_failures() as error:
+                    log.info("witness: reading the chain's clock: %s", describe_chain_error(error))
+                await trio.sleep(self.retry)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(attempt, nursery.cancel_scope)
+            nursery.start_soon(clock, nursery.cancel_scope)
+        return outcome[0] if outcome else None
 
     async def _attest(self, demand_id: bytes, demand: Any, served: bool) -> bool | None:
         """attestServed, tried again while the demand still waits for our word before attestBy."""

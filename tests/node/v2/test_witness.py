@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from eth_utils import keccak
 
 from contracts import ETHER, Role
@@ -27,7 +28,7 @@ from node.roles.v2.demands import (
 )
 from node.roles.v2.keeper import keeper_v2_of
 from node.roles.v2.trained import TrainedJob
-from node.roles.v2.witness import witness_of
+from node.roles.v2.witness import WitnessDuty, witness_of
 from node.errors import BadMessage, RemoteError
 from node.framing import pack, unpack
 from node.runtime import Node
@@ -293,3 +294,51 @@ async def test_the_witness_relays_what_the_seat_serves_it_attests_what_it_does_n
         assert nets[demander.chain.account] == -bond  # §7's residual: D, unless the seat forfeits in the job
         assert (await on_chain(s.node, witness.chain.account)).free_stake == ETHER  # both its bonds unlocked
         nursery.cancel_scope.cancel()
+
+
+class _StallingSeat:
+    """A seat whose stream opens and then never answers: each fetch hangs until cancelled."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.relayed: list = []
+
+    async def fetch_checked(self, job_id, seat, item):
+        self.attempts += 1
+        await trio.sleep_forever()
+
+    async def relay(self, *args) -> None:
+        self.relayed.append(args)
+
+
+class _ClockChain:
+    """What `WitnessDuty._fetch` reads of the binding: the chain's time, here trio's (a MockClock)."""
+
+    def __init__(self) -> None:
+        self.chain = self
+
+    def now(self) -> int:
+        return int(trio.current_time())
+
+    async def run(self, fn, *args):
+        await trio.lowlevel.checkpoint()
+        return fn(*args)
+
+
+def test_a_fetch_that_hangs_is_cut_off_at_the_witness_last_second_so_it_can_still_attest():
+    # Seen in a loaded testnet: one stream to a stalling seat outlasted attestBy, the attestation
+    # came too late and the honest witness's bond D was burned by timeoutWitness.
+    seat, chain = _StallingSeat(), _ClockChain()
+    duty = WitnessDuty(chain, seat, spawn=None, retry=2.0)
+    last = 60
+    info = demand(DemandStage.WITNESSING, deadline=last + MARGIN, witness=ME)
+
+    async def main() -> tuple[bool, float]:
+        with trio.fail_after(10 * last):  # virtual seconds: a fetch waited out never returns
+            served = await duty._fetch(b"\x07" * 32, info, last=last)
+        return served, trio.current_time()
+
+    served, when = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert served is False and seat.relayed == []
+    assert last <= when < last + duty.retry + 1  # given up at `last`, with Δ left for attestServed
+    assert seat.attempts == 1  # the one attempt never returned: it was cancelled, not waited out
