@@ -1,7 +1,7 @@
 """The auditor on settlement version 2: replays sampled intervals of every revealed root and takes
 a wrong one through the claim game (docs/economics.md §8, §9, §11, §12 "no gossip").
 
-It learns everything from the chain: each seat's trace from the calldata of its `TraceRevealed`
+It learns everything from the chain: each seat's trace from its `TraceRevealed`
 (checked against the event's root), the job's bundle from a seat, checked by the data service
 against the spec its `JobOpened` carries; nothing is gossiped. For a
 fraction `audit_jobs` of the jobs (drawn once per job), per revealed root (once per job and root,
@@ -33,7 +33,7 @@ What it must still act on is written to ``auditor.json`` in the data directory (
 learns it: the jobs drawn, each audited root with its seat, the block of its `TraceRevealed` and
 whether its audit finished, and each game it follows (its interval, the block it was opened by, the
 lists already answered). A restarted auditor, handed none of those events again, reruns the
-unfinished audits (the trace read again from the reveal's calldata) and takes each open game up
+unfinished audits (the trace read again from the reveal's event) and takes each open game up
 from the chain: the picks and lists posted since the game opened are read back from its block on,
 so a pick it still owes is made and a ruling still open to appeal is checked. Picks and lists are
 kept only for games on roots it audited; a game is forgotten once its claim resolves, a job once
@@ -134,7 +134,7 @@ class Audit:
     """A revealed root this node audits: the seat that revealed it first and where."""
 
     seat: str
-    block: int     # the block of its TraceRevealed (the trace is read again from its calldata)
+    block: int     # the block of its TraceRevealed (the trace is read again from it)
     done: bool = False
 
 
@@ -374,7 +374,7 @@ class Auditor:
         s = self.chain.settlement
         trace = await self.chain.run(s.revealed_trace, logged)
         if trace_root(list(trace)) != e.trace_root:
-            log.warning("auditor: job %s: %s's reveal calldata is not its root's list", e.job_id.hex()[:12], e.seat)
+            log.warning("auditor: job %s: %s's revealed trace is not its root's list", e.job_id.hex()[:12], e.seat)
             return {}
         intervals = len(trace) - 1
         sampled = sorted(self.rng.sample(range(intervals), sample_size(self.rate, intervals)))
@@ -429,10 +429,14 @@ class Auditor:
             if audit is None:  # forgotten: the job settled
                 raise LocalError(f"job {job_id.hex()[:12]} settled: its audit of this root is over")
             training = await self.training_of(job_id)
-            if job_id not in self._programs:
-                self._programs[job_id] = await trio.to_thread.run_sync(protocol_program, training)
+            program = self._programs.get(job_id)
+            if program is None:
+                program = await trio.to_thread.run_sync(protocol_program, training)
+                self._programs[job_id] = program
             start = await self.checkpoint_of(job_id, audit.seat, c)
-            self.replays[key] = ReplayOracle(training, c, start, program=self._programs[job_id])
+            if (job_id, root) not in self.audits:  # settled while we fetched: its program and replays are forgotten
+                raise LocalError(f"job {job_id.hex()[:12]} settled: its audit of this root is over")
+            self.replays[key] = ReplayOracle(training, c, start, program=program)
         return self.replays[key]
 
     async def challenge(self, job_id: bytes, root: bytes, c: int) -> bytes | None:
