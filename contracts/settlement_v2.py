@@ -293,6 +293,7 @@ class TraceRevealed(SettlementEvent):
     seat: str
     trace_root: bytes
     challenge_by: int
+    trace: tuple[bytes, ...]  # the revealed trace itself (`SettlementV2.revealed_trace` checks it)
 
 
 @dataclass(frozen=True)
@@ -439,29 +440,25 @@ class SettlementV2(GameMovesV2, RefereeMovesV2, DemandMovesV2, Settlement):
         return self._call("jobIdOf", client, nonce)[0]
 
     def call_of(self, logged: LoggedEvent) -> tuple[str, tuple[Any, ...]]:
-        """(function name, arguments) of the transaction that emitted ``logged``: a reveal's whole
-        trace and a posted list live only in calldata (they are not copied into the logs)."""
+        """(function name, arguments) of the transaction that emitted ``logged``, when it called
+        this contract directly (a seat reads its own reveal's salt back here)."""
         return self.abi.decode_call(self.chain.transaction_input(logged.tx_hash))
 
-    def revealed_trace(self, logged: LoggedEvent) -> tuple[bytes, ...]:
-        """The trace a ``TraceRevealed`` event's transaction revealed (check it against the
-        event's root with `trace_root` before use: a contract calling ``reveal`` for its seat
-        would hide the list in its own calldata)."""
-        name, args = self.call_of(logged)
-        if name != "reveal":
-            raise ValueError(f"the transaction of this event called {name}, not reveal")
-        return tuple(bytes(h) for h in args[1])
+    @staticmethod
+    def revealed_trace(logged: LoggedEvent) -> tuple[bytes, ...]:
+        """The trace a ``TraceRevealed`` event carries, checked against the event's root."""
+        trace = tuple(bytes(h) for h in logged.event.trace)
+        if list_root(list(trace)) != logged.event.trace_root:
+            raise ValueError("the revealed trace does not hash to the event's root")
+        return trace
 
-    def posted_list(self, logged: LoggedEvent) -> tuple[bytes, ...]:
-        """The list a ``ListPosted`` event's transaction posted (``postSteps`` or ``postNodes``),
-        checked against the event's root: a contract posting for its seat would hide the list in
-        its own calldata, and then the list cannot be read back here."""
-        name, args = self.call_of(logged)
-        if name not in ("postSteps", "postNodes"):
-            raise ValueError(f"the transaction of this event called {name}, not postSteps or postNodes")
-        posted = tuple(bytes(h) for h in args[1])
+    @staticmethod
+    def posted_list(logged: LoggedEvent) -> tuple[bytes, ...]:
+        """The list a ``ListPosted`` event carries (``postSteps`` or ``postNodes``), checked against
+        the event's root."""
+        posted = tuple(bytes(h) for h in logged.event.entries)
         if list_root(list(posted)) != logged.event.list_root:
-            raise ValueError("the posted list's root is not the event's: it was posted through another contract")
+            raise ValueError("the posted list does not hash to the event's root")
         return posted
 
     def chain_settings(self) -> ChainSettings:

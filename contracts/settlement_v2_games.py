@@ -114,6 +114,7 @@ class ListPosted(SettlementEvent):
     claim_id: bytes
     seat: str
     list_root: bytes
+    entries: tuple[bytes, ...]  # the list itself (`SettlementV2.posted_list` checks it)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ the referee needs to recompute that entry's output from agreed or the defenders'
     StateOutputs (N)   nothing                                  state root of the listed entries
 
 An operator input is the output of an earlier node: its tensor must hash to that node's
-entry of the node list. The referee holds the whole list (posted in calldata, its root the
+entry of the node list. The referee holds the whole list (posted on chain, its root the
 claim's), so an entry needs no proof; the state before the step is the picked steps list's
 entry s-1, and a state leaf's hash is proven in it with the state tree's BLAKE3 proof.
 `judge` rules the defender right when the recomputed output is the list's entry n. Evidence

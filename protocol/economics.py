@@ -102,7 +102,7 @@ class GasFigures:
 
     list_base_steps: int      # postSteps without its entries
     list_base_nodes: int      # postNodes without its entries
-    list_entry: int           # one posted hash: 32 calldata bytes and one keccak leaf
+    list_entry: int           # one posted hash: 32 calldata bytes, one keccak leaf, 32 bytes of the event's data
     post_evidence: int
     open_game: int
     pick_step: int
@@ -139,7 +139,7 @@ class GasFigures:
 # attestServed with MAX_DRAWS − 1 refusers to charge, the job's first demand recorded for reimbursement,
 # 262k. SettlementStorageV2 holds the same constants.
 ESTIMATED_GAS = GasFigures(
-    list_base_steps=110_000, list_base_nodes=110_000, list_entry=1_200, post_evidence=80_000, open_game=250_000,
+    list_base_steps=110_000, list_base_nodes=110_000, list_entry=1_500, post_evidence=80_000, open_game=250_000,
     pick_step=240_000, pick_node=210_000, resolve=350_000, join=150_000, call_witness=200_000, attest=280_000,
     appeal=110_000, draw=150_000, rule_appeal=170_000)
 

@@ -61,7 +61,9 @@ contract GavelGamesV2 is SeatStatementsV2 {
     /// @notice An account joined an existing claim (no bond).
     event ClaimJoined(bytes32 indexed claimId, address indexed account);
     /// @notice A seat posted a list (steps or nodes) answering a claim; it covers that list.
-    event ListPosted(bytes32 indexed claimId, address indexed seat, bytes32 listRoot);
+    /// `entries` is the list itself: challengers read it here, whoever sent the call (a seat posting through a
+    /// contract of its own hides nothing).
+    event ListPosted(bytes32 indexed claimId, address indexed seat, bytes32 listRoot, bytes32[] entries);
     /// @notice A seat covered a list another seat posted.
     event ListEndorsed(bytes32 indexed claimId, address indexed seat, bytes32 listRoot);
     /// @notice A seat sent its evidence to the referee (off chain); the referee rules before `ruleBy`.
@@ -187,7 +189,7 @@ contract GavelGamesV2 is SeatStatementsV2 {
             && LibList.verify(game.listRoot, steps[expected - 1], size, uint256(game.index) + 1, proofTo);
         // The list joins the two checkpoints the root commits to.
         if (!ends) revert GameBadProof();
-        _answer(gameId, LibList.root(steps), true);
+        _post(gameId, steps);
     }
 
     /// @notice Posts step s's N node-output hashes and the state after it (entry N = steps[s], proven).
@@ -201,7 +203,7 @@ contract GavelGamesV2 is SeatStatementsV2 {
         uint256 size = _stepsIn(jobId, _claims[claim.gameId].index) + 1;
         // The last entry is the state hash the picked steps list holds at s.
         if (!LibList.verify(claim.listRoot, nodes[p.graphNodes], size, claim.index, proof)) revert GameBadProof();
-        _answer(claimId, LibList.root(nodes), true);
+        _post(claimId, nodes);
     }
 
     /// @notice Covers the caller with a list another seat posted under this claim (no calldata).
@@ -438,10 +440,15 @@ contract GavelGamesV2 is SeatStatementsV2 {
         _answers[claimId][msg.sender] = listRoot;
         if (posted) {
             _posted[claimId][listRoot] = true;
-            emit ListPosted(claimId, msg.sender, listRoot);
         } else {
             emit ListEndorsed(claimId, msg.sender, listRoot);
         }
+    }
+
+    function _post(bytes32 claimId, bytes32[] calldata entries) private {
+        bytes32 listRoot = LibList.root(entries);
+        _answer(claimId, listRoot, true);
+        emit ListPosted(claimId, msg.sender, listRoot, entries);
     }
 
     function _jobOf(Claim storage claim) private view returns (bytes32) {

@@ -89,7 +89,8 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
     /// @notice Every seat committed; reveals are due from `revealFrom` until `revealBy`.
     event RevealOpened(bytes32 indexed jobId, uint64 revealFrom, uint64 revealBy);
     /// @notice A seat revealed its trace (in the transaction's input); games on it open before `challengeBy`.
-    event TraceRevealed(bytes32 indexed jobId, address indexed seat, bytes32 traceRoot, uint64 challengeBy);
+    /// `trace` is the trace itself: auditors read it here, whoever sent the call.
+    event TraceRevealed(bytes32 indexed jobId, address indexed seat, bytes32 traceRoot, uint64 challengeBy, bytes32[] trace);
     /// @notice A seat lost its lock.
     event SeatForfeited(bytes32 indexed jobId, address indexed seat, ForfeitReason reason);
     /// @notice A revealed seat was credited its pay p.
@@ -364,7 +365,7 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
         seat.traceRoot = traceRoot;
         seat.challengeBy = challengeBy;
         if (challengeBy > job.challengeEnd) job.challengeEnd = challengeBy;
-        emit TraceRevealed(jobId, msg.sender, traceRoot, challengeBy);
+        emit TraceRevealed(jobId, msg.sender, traceRoot, challengeBy, trace);
     }
 
     /// @notice Forfeits a seat that missed its commit (NoCommit) or reveal (NoReveal) deadline. Anyone may call it.

@@ -32,8 +32,8 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
     /// scripts/bench_settlement.py and rounded up; protocol.economics.ESTIMATED_GAS holds the same).
     /// A list's fixed part:
     uint256 public constant GAS_LIST_BASE = 110_000;
-    /// @notice Gas of one posted list entry (32 calldata bytes and a keccak leaf).
-    uint256 public constant GAS_LIST_ENTRY = 1_200;
+    /// @notice Gas of one posted list entry (32 calldata bytes, a keccak leaf, 32 bytes of ListPosted's data).
+    uint256 public constant GAS_LIST_ENTRY = 1_500;
     /// @notice Gas of one postEvidence.
     uint256 public constant GAS_POST_EVIDENCE = 80_000;
     /// @notice Gas of ending a path: the node and step timeouts and resolveGame.

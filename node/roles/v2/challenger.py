@@ -15,7 +15,7 @@ the referee recomputes the node from the inputs the seat must post.
 
 What it set out to do is written to ``challenger.json`` before it starts (`duty_state`): a restarted
 node opens the duels it did not open yet, while the window lasts (its node list is read again from
-the calldata of its ``ListPosted``). The duels are then `duels.Duels`', for which this module is the
+its ``ListPosted``). The duels are then `duels.Duels`', for which this module is the
 challenger's `DuelSource`: its replay's inputs and output of the node.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ A job lives through version 1's table (`client_job.JOB_LIFE`; `ClientJob` and
   opened     the signed offer (`offer.SignedOffer`) handed to advertised providers until the
              chain shows every seat taken or ``acceptBy`` passes (the chain is the seat list)
   handed     waiting for every seat's reveal (``TraceRevealed``, from the follower) or
-             ``revealBy``; each trace is read back from its reveal's calldata
+             ``revealBy``; each trace is read from its ``TraceRevealed`` event
   verifying  per revealed seat whose root stands: m = min_samples(C, 1, p*) intervals drawn
              here and replayed from the seat's checkpoints (`data`, after its reveal); a
              mismatch is a dispute for the challenger (the auditor's) or, until that lands,
@@ -345,7 +345,7 @@ class ClientRoleV2(ClientRole):
                 await cj.changed.wait()
 
     async def _revealed_trace(self, cj: ClientJob, account: str) -> tuple[bytes, ...] | None:
-        """The trace a seat revealed, from its reveal's calldata, checked against the stored root."""
+        """The trace a seat revealed, from its ``TraceRevealed`` event, checked against the stored root."""
         chain = self.ctx.chain
         s = chain.settlement
         logged = self.reveals.get(cj.job_id, {}).get(account.lower())

@@ -30,8 +30,8 @@ a checkpoint's blob id is a hash of its bytes, so nobody can ask for it before b
 
 The fetcher checks what it got before anyone uses it: a checkpoint's state hash
 (`repops_cupy.checkpoint.load_checkpoint`) against the seat's revealed ``trace[c]``, read
-from the calldata of its ``TraceRevealed`` transaction (`SettlementV2.revealed_trace`,
-checked against the event's root); the bundle against the job's ``spec`` from
+from its ``TraceRevealed`` event (`SettlementV2.revealed_trace`, checked against the
+event's root); the bundle against the job's ``spec`` from
 ``JobOpened`` (its keccak is the terms' ``specHash``; the signed protocol terms, as
 `v2.offer` encodes them): every commitment of those terms rebuilt from the bundle
 (`jobfiles.check_terms`), and only then installed as the job's directory. A wrong item is the serving peer's fault (`BlobCorrupt`), never ours.
@@ -255,7 +255,7 @@ class JobDataService:
                             name=f"demand {demand.demand_id.hex()[:12]} from its witness")
 
     async def revealed_trace(self, job_id: bytes, seat: str) -> tuple[bytes, ...]:
-        """The trace ``seat`` revealed for ``job_id``, read from its reveal's calldata and checked
+        """The trace ``seat`` revealed for ``job_id``, read from its ``TraceRevealed`` event and checked
         against the root its event carries; LocalError when the chain holds no such reveal."""
         from contracts.settlement_v2 import trace_root
 
@@ -268,7 +268,7 @@ class JobDataService:
         chain = self.ctx.chain
         trace = await chain.run(chain.settlement.revealed_trace, logged)
         if trace_root(list(trace)) != logged.event.trace_root:
-            raise LocalError(f"job {job_id.hex()[:12]}: the calldata of seat {seat}'s reveal is not its root's list")
+            raise LocalError(f"job {job_id.hex()[:12]}: seat {seat}'s revealed trace is not its root's list")
         return trace
 
     # -- serving -----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ and those a `RefereeDrawn` names this node for, at the first level or on appeal.
 How: the defenders send their evidence over /gavel/evidence/2.0.0 (`evidence_protocol`).
 Evidence is taken only for an open node claim this node holds, and only when its keccak is
 the `evidenceHash` a seat posted for that claim (read from the chain: `answerOf`); anything
-else is refused with the reason and never judged. The claim's lists come from calldata
+else is refused with the reason and never judged. The claim's lists come from their events
 (`SettlementV2.posted_list` of the `ListPosted` events: the picked steps list and node
 list); the job's program and batches from the job's own files (`training_of`: the client's
 job directory, or the bundle a drawn referee fetched from a seat, checked against the spec).
@@ -369,7 +369,7 @@ class RefereeDuty:
         return self._programs[job_id]
 
     async def _list(self, claim_id: bytes, root: bytes) -> tuple[bytes, ...]:
-        """The list posted under `claim_id` with `root`, from its transaction's calldata."""
+        """The list posted under `claim_id` with `root`, from its ``ListPosted`` event."""
         s = self.chain.settlement
         logged = self.lists.get((claim_id, root))
         if logged is None:  # evidence can come before the follower handed the list's event: read the chain

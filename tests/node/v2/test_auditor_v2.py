@@ -203,7 +203,7 @@ async def test_every_seat_of_an_audited_root_is_asked_its_signed_steps_lists_the
     # a third seat of the root, revealed once the audit is over, is asked the intervals replayed (and only once)
     late = w.providers[2]
     asked.clear()
-    reveal = LoggedEvent(TraceRevealed(jid, late, root, 0), 0, bytes(32), 0)
+    reveal = LoggedEvent(TraceRevealed(jid, late, root, 0, ()), 0, bytes(32), 0)
     async with spawn.tasks():
         for _ in range(2):  # a reveal handed twice (a follower's catch-up) asks nothing twice
             await auditor.on_revealed(reveal)
