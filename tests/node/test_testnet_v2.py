@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from contracts import NodeRegistered, StakeAdded, Withdrawn
-from contracts.settlement_v2 import ForfeitReason, JobOpened, SeatStatus
+from contracts.settlement_v2 import ForfeitReason, SeatStatus
 from contracts.settlement_v2_demands import DemandStage
 from node.cheats import STRATEGIES
 from node.config import make_config
@@ -19,6 +18,7 @@ from node.roles.v2.adversaries import HONEST, adversary_of, strategy_names
 from node.testnet.plan import CLIENT, TestnetOptions, make_plan
 from node.testnet.run import run_testnet
 
+from .economics import contract_money
 from .test_roles_support import advance_embedded_chain
 
 # the strategies the built roles end without a game: the client's own sampling and its demands
@@ -101,18 +101,7 @@ def contract_nets(tmp_path: Path, accounts: list[str]) -> tuple[dict[str, int], 
                                 bytes(range(32)))
     binding.ensure_funds_sync(0)
     s = binding.settlement
-    flows = {a: 0 for a in accounts}
-    for found in s.events(0, None):
-        e = found.event
-        if isinstance(e, Withdrawn) and e.account in flows:
-            flows[e.account] += e.amount
-        elif isinstance(e, StakeAdded) and e.account in flows:
-            flows[e.account] -= e.amount
-        elif isinstance(e, NodeRegistered) and e.account in flows:
-            flows[e.account] -= e.stake
-        elif isinstance(e, JobOpened) and e.client in flows:
-            flows[e.client] -= e.terms.price
-    return {a: s.node(a).stake + s.credit_of(a) + flows[a] for a in accounts}, s
+    return contract_money(s, accounts, 0), s
 
 
 def test_a_v2_testnet_catches_each_strategy_and_reports_who_gained_and_lost(tmp_path):

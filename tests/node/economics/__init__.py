@@ -43,6 +43,23 @@ async def advance(seconds: int) -> None:
     await on_chain(_shared().chain.advance_time, seconds)
 
 
+def contract_money(s: SettlementV2, accounts: list[str], since: int) -> dict[str, int]:
+    """Each account's stake and credit on the contract now, plus what it withdrew since block
+    ``since``, less the stakes it sent and the prices it escrowed since (blocking)."""
+    flows = {a: 0 for a in accounts}
+    for found in s.events(since, None):
+        e = found.event
+        if isinstance(e, Withdrawn) and e.account in flows:
+            flows[e.account] += e.amount
+        elif isinstance(e, StakeAdded) and e.account in flows:
+            flows[e.account] -= e.amount
+        elif isinstance(e, NodeRegistered) and e.account in flows:
+            flows[e.account] -= e.stake
+        elif isinstance(e, JobOpened) and e.client in flows:
+            flows[e.client] -= e.terms.price
+    return {a: s.node(a).stake + s.credit_of(a) + flows[a] for a in accounts}
+
+
 @dataclass
 class Books:
     """Each account's stake and credit at the first block of a test."""
@@ -65,19 +82,8 @@ class Books:
         s = self.settlement
 
         def read() -> dict[str, int]:
-            flows = {a: 0 for a in self.start}
-            for found in s.events(self.block, None):
-                e = found.event
-                if isinstance(e, Withdrawn) and e.account in flows:
-                    flows[e.account] += e.amount
-                elif isinstance(e, StakeAdded) and e.account in flows:
-                    flows[e.account] -= e.amount
-                elif isinstance(e, NodeRegistered) and e.account in flows:
-                    flows[e.account] -= e.stake
-                elif isinstance(e, JobOpened) and e.client in flows:
-                    flows[e.client] -= e.terms.price
-            return {a: s.node(a).stake + s.credit_of(a) + flows[a] - stake - credit
-                    for a, (stake, credit) in self.start.items()}
+            held = contract_money(s, list(self.start), self.block)
+            return {a: held[a] - stake - credit for a, (stake, credit) in self.start.items()}
 
         return await on_chain(read)
 
