@@ -136,6 +136,6 @@ def test_a_v2_testnet_catches_each_strategy_and_reports_who_gained_and_lost(tmp_
     assert all(nets[p["account"]] >= 0 for p in honest), {p["name"]: nets[p["account"]] for p in honest}
     (slow,) = [p for p in parties.values() if p["strategy"] == "slow"]
     assert nets[slow["account"]] > 0  # the slow provider earned its pay
-    assert report["summary"]["ok"] and report["summary"]["cheats_caught"] == len(report["cheats"])
+    assert report["summary"]["ok"] and report["summary"]["cheats_caught"] == len(report["cheats"]), report["summary"]
     assert report["summary"]["cheaters_net_wei"] == -len(report["cheats"]) * stake
     assert (tmp_path / "out" / "report.html").read_text().count("NOT HELD") == 0
