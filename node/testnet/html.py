@@ -6,6 +6,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from ..atomic_file import write_atomic
 from .plots import FIGURES
 
 ETHER = 10**18
@@ -109,7 +110,5 @@ def render_html(report: dict[str, Any]) -> str:
 
 def write_html(report: dict[str, Any], out_dir: Path) -> Path:
     path = Path(out_dir) / "report.html"
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(render_html(report))
-    tmp.replace(path)
+    write_atomic(path, render_html(report))
     return path

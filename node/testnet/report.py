@@ -30,6 +30,7 @@ from typing import Any
 from contracts import JobStatus, Outcome
 from protocol import miss_probability
 
+from ..atomic_file import write_atomic
 from .ledger import DisputeRecord, Ledger, SlashRecord
 from .truth import HonestRun, ReplayedRun
 
@@ -397,11 +398,8 @@ def build_report(observed: Observed, *, config: dict[str, Any], timings: dict[st
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "report.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=1, default=_json_default) + "\n")
-    tmp.replace(path)
+    path = Path(out_dir) / "report.json"
+    write_atomic(path, json.dumps(report, indent=1, default=_json_default) + "\n")
     return path
 
 
