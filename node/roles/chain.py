@@ -217,6 +217,7 @@ class ChainBinding:
         self._lock = lock
         self.identity = chain_identity_sync(chain)  # (chain id, genesis block hash): which chain we joined
         self.stale: str | None = None  # why this binding no longer holds, once the chain watch saw it
+        self._stake_lock = trio.Lock()  # see with_free_stake
 
     def changed_sync(self) -> str | None:
         """Why this binding no longer holds (a fresh chain, or no contract code at our
@@ -237,6 +238,17 @@ class ChainBinding:
                 return fn(*args)
 
         return await trio.to_thread.run_sync(locked)
+
+    async def with_free_stake(self, need: int, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` (a transaction that locks ``need`` of our free stake) after adding what our
+        free stake lacks of it. One at a time per binding: two such top-ups at once would each
+        count the same free stake, and the second lock would revert short of it."""
+        async with self._stake_lock:
+            free = (await self.run(self.settlement.node, self.account)).free_stake
+            if free < need:
+                await self.run(self.ensure_funds_sync, need - free)
+                await self.run(self.settlement.add_stake, need - free)
+            return await self.run(fn, *args)
 
     def ensure_registered_sync(self, public_key: bytes, roles: Any, stake: int) -> None:
         """Register with ``roles`` and ``stake`` unless already registered (a restart)."""

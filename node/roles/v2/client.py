@@ -139,7 +139,6 @@ class ClientRoleV2(ClientRole):
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
         self.nonces = NonceFile(ctx.config.data_dir)
-        self.open_lock = trio.Lock()  # see submit: one job's bond top-up and openJob at a time
         self.reveals: dict[bytes, dict[str, LoggedEvent]] = {}  # job -> seat account -> its TraceRevealed
         self.statements: Any = None  # the node's StatementsKeeper, once the chain is up
 
@@ -232,12 +231,10 @@ class ClientRoleV2(ClientRole):
         await ctx.save_job(job_id, ROLE, SUBMITTED, record)
         self.opening.add(job_id)
         try:
-            # One open at a time: the bond's top-up reads our free stake, and two jobs opened at
-            # once would each count the same free stake (openJob then reverts short of it).
-            async with self.open_lock:
-                await self._stake_for_bond(terms, chain_settings)
-                await chain.run(chain.ensure_funds_sync, terms.price)
-                opened = await chain.run(s.open_job, terms, signed.encode())
+            await chain.run(chain.ensure_funds_sync, terms.price)
+            # a refereeing client locks its referee bond P + w·S·n at open
+            bond = referee_bond(terms.economic_terms(), chain_settings) if terms.client_referees else 0
+            opened = await chain.with_free_stake(bond, s.open_job, terms, signed.encode())
         finally:
             self.opening.discard(job_id)
         if opened.one(JobOpened).job_id != job_id:
@@ -251,17 +248,6 @@ class ClientRoleV2(ClientRole):
         await self._advance(cj, await self._hand_over(cj))
         ctx.start_soon(self.drive, cj, name=f"client job {job_id.hex()[:12]}")
         return job_id
-
-    async def _stake_for_bond(self, terms: JobTerms, chain_settings: Any) -> None:
-        """A refereeing client locks P + w·S·n of its stake at open: add what is missing."""
-        if not terms.client_referees:
-            return
-        chain = self.ctx.chain
-        need = referee_bond(terms.economic_terms(), chain_settings)
-        free = (await chain.run(chain.settlement.node, chain.account)).free_stake
-        if free < need:
-            await chain.run(chain.ensure_funds_sync, need - free)
-            await chain.run(chain.settlement.add_stake, need - free)
 
     async def _read_deadlines(self, cj: ClientJob) -> Any:
         chain = self.ctx.chain
@@ -318,17 +304,9 @@ class ClientRoleV2(ClientRole):
         ctx.remember(peer, addrs)
         await self._seats_from_chain(cj, {str(peer): list(addrs)})
 
-    async def _seats_from_chain(self, cj: ClientJob, addrs: dict[str, list[str]] | None = None) -> None:
-        """The job's seats as the chain lists them, each with the peer of its registered key."""
+    async def _seat_accounts(self, cj: ClientJob) -> tuple[str, ...]:
         chain = self.ctx.chain
-        for account in await chain.run(chain.settlement.seats, cj.job_id):
-            key = await chain.run(chain.key_of_sync, account)
-            peer = str(self.ctx.peer_of(key))
-            seat = cj.record["seats"].setdefault(key.hex(), {"account": account, "peer": peer, "addrs": [],
-                                                             "report": None})
-            if addrs and peer in addrs:
-                seat["addrs"] = addrs[peer]
-        await self._save(cj)
+        return await chain.run(chain.settlement.seats, cj.job_id)
 
     async def _await_reports(self, cj: ClientJob) -> str:
         """Until every seat revealed or forfeited, or ``revealBy`` passed."""
@@ -442,12 +420,9 @@ class ClientRoleV2(ClientRole):
         chain = self.ctx.chain
         s = chain.settlement
         bond = await chain.run(s.demand_bond_of, cj.job_id)
-        free = (await chain.run(s.node, chain.account)).free_stake
-        if free < bond:
-            await chain.run(chain.ensure_funds_sync, bond - free)
-            await chain.run(s.add_stake, bond - free)
         try:
-            demanded = (await chain.run(s.demand_data, cj.job_id, seat["account"], item)).one(DataDemanded)
+            demanded = (await chain.with_free_stake(bond, s.demand_data, cj.job_id, seat["account"], item)
+                        ).one(DataDemanded)
         except ContractRevert as refused:  # e.g. the job settled meanwhile: nothing is owed any more
             log.warning("job %s: the demand of item %d of %s refused: %s", cj.job_id.hex()[:12], item,
                         seat["account"], describe_chain_error(refused))
