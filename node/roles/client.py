@@ -305,6 +305,9 @@ class ClientRole:
         lead = await self._clock_lead()
         while len(cj.record["seats"]) < options.providers and time.time() + lead < accept_by - 2:
             await self._offer_round(cj, options, asked, options.providers - len(cj.record["seats"]), offer, accept_by)
+        # a seat taken while we were down (killed between a provider's accept and our record of
+        # it) is the chain's: the provider trains and is paid for it, so we want its result
+        await self._seats_from_chain(cj, {str(peer): addrs for peer, addrs in self._candidates(cj, options, set())})
         if len(cj.record["seats"]) < options.providers:
             cj.record["unfilled"] = True  # refunded, then: ended unfilled
             log.warning("job %s: only %d of %d providers took it", cj.job_id.hex()[:12], len(cj.record["seats"]),
@@ -355,6 +358,22 @@ class ClientRole:
         await self._save(cj)
         log.info("job %s: %s took a seat as %s", cj.job_id.hex()[:12], peer, account)
 
+    async def _seats_from_chain(self, cj: ClientJob, addrs: dict[str, list[str]] | None = None) -> None:
+        """The job's seats as the chain lists them, each with the peer of its registered key."""
+        chain = self.ctx.chain
+        for account in await self._seat_accounts(cj):
+            key = await chain.run(chain.key_of_sync, account)
+            peer = str(self.ctx.peer_of(key))
+            seat = cj.record["seats"].setdefault(key.hex(), {"account": account, "peer": peer, "addrs": [],
+                                                             "report": None})
+            if addrs and peer in addrs:
+                seat["addrs"] = addrs[peer]
+        await self._save(cj)
+
+    async def _seat_accounts(self, cj: ClientJob) -> tuple[str, ...]:
+        chain = self.ctx.chain
+        return await chain.run(chain.settlement.providers, cj.job_id)
+
     # -- the work of the later states -----------------------------------------------------
 
     def _start_announcing(self, cj: ClientJob) -> None:
@@ -404,6 +423,8 @@ class ClientRole:
                 if not info.committed:
                     continue
                 peer = ID.from_base58(seat["peer"])
+                if not seat["addrs"] and peer in self.adverts:  # a seat read from the chain: its advert's
+                    seat["addrs"] = list(self.adverts[peer][1].addrs)
                 await self.ctx.reach(peer, seat["addrs"])
                 answer = await self.ctx.host.request(peer, JOB_PROTOCOL, pack(trace_request(cj.job_id)), limits=JOB_LIMITS)
                 await self._take_report(cj, peer, unpack(answer, peer=peer))
