@@ -116,11 +116,23 @@ class WitnessDuty:
             outcome = await self._attempt_until(demand_id, demand, last)
             if outcome is not None:
                 return outcome
+            # a seat that refuses at once cancels the attempt's racing read of the clock each time
+            # (on a loaded machine that read is the slower): read it to the end between attempts
+            if await self._reached(last):
+                return False
             await trio.sleep(self.retry)
+
+    async def _reached(self, last: int) -> bool:
+        """Whether the chain's clock reached ``last`` (False when it cannot be read now)."""
+        chain = self.chain
+        try:
+            return await chain.run(chain.chain.now) >= last
+        except chain_failures() as error:
+            log.info("witness: reading the chain's clock: %s", describe_chain_error(error))
+            return False
 
     async def _attempt_until(self, demand_id: bytes, demand: Any, last: int) -> bool | None:
         """One fetch raced against the chain's clock: True relayed, False ``last`` reached, None failed."""
-        chain = self.chain
         outcome: list[bool] = []
 
         async def attempt(cancel: trio.CancelScope) -> None:
@@ -135,15 +147,10 @@ class WitnessDuty:
             cancel.cancel()
 
         async def clock(cancel: trio.CancelScope) -> None:
-            while True:
-                try:
-                    if await chain.run(chain.chain.now) >= last:
-                        outcome.append(False)
-                        cancel.cancel()
-                        return
-                except chain_failures() as error:
-                    log.info("witness: reading the chain's clock: %s", describe_chain_error(error))
+            while not await self._reached(last):
                 await trio.sleep(self.retry)
+            outcome.append(False)
+            cancel.cancel()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(attempt, nursery.cancel_scope)

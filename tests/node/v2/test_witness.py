@@ -20,6 +20,7 @@ from contracts.settlement_v2 import ForfeitReason, JobOpened, commitment_of, tra
 from contracts.settlement_v2_demands import DataDemanded, DemandInfo, DemandStage, WitnessDrawn
 from node.config import Settings
 from node.datadir import init_datadir, load_seed
+from node.errors import PeerError
 from node.roles.chain import DEV_WINNER_SHARE_BPS, open_binding_sync
 from node.roles.jobfiles import encode_bundle, job_dir
 from node.roles.v2.data import DATA_LIMITS, DATA_PROTOCOL, DataRequest
@@ -311,17 +312,32 @@ class _StallingSeat:
         self.relayed.append(args)
 
 
-class _ClockChain:
-    """What `WitnessDuty._fetch` reads of the binding: the chain's time, here trio's (a MockClock)."""
+class _RefusingSeat(_StallingSeat):
+    """A seat that refuses each fetch after ``after`` seconds."""
 
-    def __init__(self) -> None:
+    def __init__(self, after: float) -> None:
+        super().__init__()
+        self.after = after
+
+    async def fetch_checked(self, job_id, seat, item):
+        self.attempts += 1
+        await trio.sleep(self.after)
+        raise PeerError("request refused: no seat of the job here")
+
+
+class _ClockChain:
+    """What `WitnessDuty._fetch` reads of the binding: the chain's time, here trio's (a MockClock),
+    each read taking ``latency`` seconds (a loaded machine's queue of chain calls)."""
+
+    def __init__(self, latency: float = 0.0) -> None:
         self.chain = self
+        self.latency = latency
 
     def now(self) -> int:
         return int(trio.current_time())
 
     async def run(self, fn, *args):
-        await trio.lowlevel.checkpoint()
+        await trio.sleep(self.latency)
         return fn(*args)
 
 
@@ -342,3 +358,22 @@ def test_a_fetch_that_hangs_is_cut_off_at_the_witness_last_second_so_it_can_stil
     assert served is False and seat.relayed == []
     assert last <= when < last + duty.retry + 1  # given up at `last`, with Δ left for attestServed
     assert seat.attempts == 1  # the one attempt never returned: it was cancelled, not waited out
+
+
+def test_a_seat_refusing_faster_than_the_clock_is_read_still_gets_its_attestation_at_the_last_second():
+    # Seen in a loaded testnet: each refusal came before the attempt's racing read of the chain's
+    # clock, cancelled it, and the witness never saw `last` pass; timeoutWitness burned its bond.
+    seat, chain = _RefusingSeat(after=0.5), _ClockChain(latency=1.0)
+    duty = WitnessDuty(chain, seat, spawn=None, retry=2.0)
+    last = 60
+    info = demand(DemandStage.WITNESSING, deadline=last + MARGIN, witness=ME)
+
+    async def main() -> tuple[bool, float]:
+        with trio.fail_after(10 * last):
+            served = await duty._fetch(b"\x07" * 32, info, last=last)
+        return served, trio.current_time()
+
+    served, when = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert served is False and seat.relayed == []
+    assert last <= when < last + duty.retry + seat.after + 2 * chain.latency
+    assert seat.attempts > 1  # it asked again while the window was open
