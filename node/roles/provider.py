@@ -67,6 +67,7 @@ class JobGone(Exception):
 
 class ProviderRole:
     active_states = ACTIVE_STATES  # the job rows a restart resumes and a lost chain forgets
+    SEATED_STATES = ("committed", "delivered")  # a restart reads how these jobs ended from the chain
 
     def __init__(self, ctx: RoleContext) -> None:
         self.ctx = ctx
@@ -120,16 +121,13 @@ class ProviderRole:
         away (over: settled or slashed once committed, else abandoned; unknown: lost). True
         when there is work left. A chain that cannot answer now is no verdict: the work
         reads it again."""
-        from contracts import JobStatus
-
         chain = self.ctx.chain
         try:
-            info = await chain.run(chain.settlement.job, job_id)
-            if state in ("committed", "delivered"):
-                if info.status not in (JobStatus.FINALIZED, JobStatus.REFUNDED):
+            if state in self.SEATED_STATES:
+                info = await chain.run(chain.settlement.job, job_id)
+                if not self._over(info):
                     return True
-                seat = await chain.run(chain.settlement.seat, job_id, chain.account)
-                await self._settled(job_id, seat, f"{info.status.name} on chain while this provider was away")
+                await self._ended(job_id, info, f"{info.status.name} on chain while this provider was away")
                 return False
             reason = await self._job_gone(job_id)
         except chain_failures() as error:
@@ -139,6 +137,18 @@ class ProviderRole:
             return True
         await self._abandon(job_id, reason, found=" (found on restart, before resuming its run)")
         return False
+
+    @staticmethod
+    def _over(info: Any) -> bool:
+        """Whether the job as the chain holds it is over (its money moved)."""
+        from contracts import JobStatus
+
+        return info.status in (JobStatus.FINALIZED, JobStatus.REFUNDED)
+
+    async def _ended(self, job_id: bytes, info: Any, how: str) -> None:
+        """The job is over on chain: the row says how our seat ended."""
+        chain = self.ctx.chain
+        await self._settled(job_id, await chain.run(chain.settlement.seat, job_id, chain.account), how)
 
     async def _settled(self, job_id: bytes, seat: Any, how: str) -> None:
         """Our committed job is over on chain: the row says whether we were paid or slashed."""

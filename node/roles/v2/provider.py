@@ -64,6 +64,7 @@ def measure_step_millis_sync(training: Any) -> int:
 
 class ProviderRoleV2(ProviderRole):
     active_states = ACTIVE_STATES
+    SEATED_STATES = ("committed", "revealed")
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
@@ -359,24 +360,9 @@ class ProviderRoleV2(ProviderRole):
             return "its commit deadline passed before our root was committed"
         return None
 
-    async def _reconcile(self, job_id: bytes, state: str) -> bool:
-        """After a restart, before any work (as version 1): True when there is work left."""
-        chain = self.ctx.chain
-        try:
-            if state in ("committed", "revealed"):
-                info = await chain.run(chain.settlement.job, job_id)
-                if info.status not in OVER:
-                    return True
-                await self._ended(job_id, info, "final on chain while this provider was away")
-                return False
-            reason = await self._job_gone(job_id)
-        except chain_failures() as error:
-            log.info("job %s: reconciling with the chain: %s", job_id.hex()[:12], describe_chain_error(error))
-            return True
-        if reason is None:
-            return True
-        await self._abandon(job_id, reason, found=" (found on restart, before resuming its run)")
-        return False
+    @staticmethod
+    def _over(info: Any) -> bool:
+        return info.status in OVER
 
     async def _ended(self, job_id: bytes, info: Any, how: str) -> None:
         """The job is final on chain: the row says whether this seat was paid or forfeited."""
