@@ -121,22 +121,24 @@ class JobRecord:
         return self.status in (JobStatus.FINALIZED, JobStatus.REFUNDED)
 
 
-class Ledger:
+class EventBooks:
+    """What the ledgers of both settlement versions keep alike: the accounts' books, fed with
+    the contract's events in chain order (`_apply`: each version's rules)."""
+
     def __init__(self) -> None:
         self.accounts: dict[str, AccountBook] = {}
         self.registered: dict[str, NodeRegistered] = {}
-        self.jobs: dict[bytes, JobRecord] = {}
-        self.disputes: dict[int, DisputeRecord] = {}
+        self.jobs: dict[bytes, Any] = {}
         self.slashes: list[SlashRecord] = []
         self.events = 0
         self.last_block = -1
-        self._ruled_in: dict[bytes, int] = {}  # tx hash -> the dispute ruled in it
 
     def book(self, account: str) -> AccountBook:
         return self.accounts.setdefault(account, AccountBook())
 
     def feed(self, logged: Iterable[LoggedEvent], at: float) -> int:
         """Apply events in chain order; returns how many were new (a repeated block is skipped)."""
+        logged = list(logged)
         applied = 0
         for item in logged:
             if item.block_number <= self.last_block:
@@ -147,6 +149,21 @@ class Ledger:
             self.last_block = max(self.last_block, max(i.block_number for i in logged))
             self.events += applied
         return applied
+
+    def _apply(self, item: LoggedEvent, at: float) -> None:
+        raise NotImplementedError
+
+    @property
+    def settled_jobs(self) -> int:
+        return sum(1 for j in self.jobs.values() if j.settled)
+
+
+class Ledger(EventBooks):
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: dict[bytes, JobRecord] = {}
+        self.disputes: dict[int, DisputeRecord] = {}
+        self._ruled_in: dict[bytes, int] = {}  # tx hash -> the dispute ruled in it
 
     def _apply(self, item: LoggedEvent, at: float) -> None:
         e: Any = item.event
@@ -229,10 +246,6 @@ class Ledger:
     @property
     def open_disputes(self) -> int:
         return sum(1 for d in self.disputes.values() if d.open)
-
-    @property
-    def settled_jobs(self) -> int:
-        return sum(1 for j in self.jobs.values() if j.settled)
 
     def money(self) -> dict[str, int]:
         """Where the ether sent to the contract is, by the events: ``held`` (stakes, credits and

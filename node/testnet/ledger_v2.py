@@ -20,7 +20,7 @@ less withdrawn and burned) for the testnet's balance check (`invariants.read_fai
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from contracts import LoggedEvent, NodeExited, NodeRegistered, StakeAdded, StakeSlashed, Withdrawn
 from contracts.records import ClientRefunded, ProviderPaid, StakeUnlocked
@@ -31,7 +31,7 @@ from contracts.settlement_v2_demands import DataDemanded, DemandAttested, Demand
 from contracts.settlement_v2_games import BondForfeited, ClaimPicked, ClaimResolved, GameOpened
 from contracts.settlement_v2_referees import AppealSettled, RefereeTimedOut
 
-from .ledger import AccountBook, SlashRecord
+from .ledger import EventBooks, SlashRecord
 
 
 @dataclass
@@ -111,39 +111,19 @@ class JobRecordV2:
         return {a: s.paid for a, s in self.seats.items() if s.paid}
 
 
-class LedgerV2:
+class LedgerV2(EventBooks):
     def __init__(self) -> None:
-        self.accounts: dict[str, AccountBook] = {}
-        self.registered: dict[str, NodeRegistered] = {}
+        super().__init__()
         self.jobs: dict[bytes, JobRecordV2] = {}
         self.disputes: dict[bytes, GameRecord] = {}  # the games, by id
         self.demands: dict[bytes, DemandRecord] = {}
         self.open_claims: set[bytes] = set()  # claims not resolved yet, games' own included (the chain clock's)
-        self.slashes: list[SlashRecord] = []
         self.burned = 0
-        self.events = 0
-        self.last_block = -1
         self._root_seat: dict[tuple[bytes, bytes], str] = {}
         self._game_of_claim: dict[bytes, bytes] = {}
 
-    def book(self, account: str) -> AccountBook:
-        return self.accounts.setdefault(account, AccountBook())
-
-    def feed(self, logged: Iterable[LoggedEvent], at: float) -> int:
-        """Apply events in chain order; returns how many were new (a repeated block is skipped)."""
-        logged = list(logged)
-        applied = 0
-        for item in logged:
-            if item.block_number <= self.last_block:
-                continue
-            self._apply(item.event, at)
-            applied += 1
-        if applied:
-            self.last_block = max(self.last_block, max(i.block_number for i in logged))
-            self.events += applied
-        return applied
-
-    def _apply(self, e: Any, at: float) -> None:
+    def _apply(self, item: LoggedEvent, at: float) -> None:
+        e: Any = item.event
         moved: list[str] = []
         if isinstance(e, NodeRegistered):
             self.registered[e.account] = e
@@ -242,10 +222,6 @@ class LedgerV2:
     @property
     def open_disputes(self) -> int:
         return sum(1 for g in self.disputes.values() if g.open)
-
-    @property
-    def settled_jobs(self) -> int:
-        return sum(1 for j in self.jobs.values() if j.settled)
 
     def escrow_of(self, account: str) -> int:
         """Prices of the account's jobs not settled yet: still the contract's, owed back or paid on."""
