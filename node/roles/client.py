@@ -332,31 +332,22 @@ class ClientRole:
                 nursery.start_soon(self._offer_to, cj, peer, addrs, offer, accept_by)
 
     async def _offer_to(self, cj: ClientJob, peer: ID, addrs: list[str], offer: bytes, accept_by: int) -> None:
+        """Offer the job to ``peer``; what it says it took counts only as the chain's seats show it."""
         ctx = self.ctx
-        chain = ctx.chain
         try:
             await ctx.reach(peer, addrs)
             answer = unpack(await ctx.host.request(peer, JOB_PROTOCOL, offer, timeout=min(
                 OFFER_TIMEOUT, max(1.0, accept_by - time.time())), limits=JOB_LIMITS), peer=peer)
-            account = answer.get("account") if isinstance(answer, dict) else None
-            if not isinstance(account, str):
+            if not isinstance(answer, dict) or not isinstance(answer.get("account"), str):
                 raise BadMessage("offer answer without an account", peer=peer)
         except PeerError as error:
             log.info("job %s: offer to %s: %s", cj.job_id.hex()[:12], peer, error)
             return
-        key = ctx.key_of(peer)
+        ctx.remember(peer, addrs)
         try:
-            seat = await chain.run(chain.settlement.seat, cj.job_id, account)
-            registered = await chain.run(chain.key_of_sync, account)
-        except chain_failures() as error:
-            log.info("job %s: checking %s's seat: %s", cj.job_id.hex()[:12], peer, describe_chain_error(error))
-            return
-        if not seat.accepted or registered != key:
-            log.warning("job %s: %s says it took a seat as %s; the chain disagrees", cj.job_id.hex()[:12], peer, account)
-            return
-        cj.record["seats"][key.hex()] = {"account": account, "peer": str(peer), "addrs": list(addrs), "report": None}
-        await self._save(cj)
-        log.info("job %s: %s took a seat as %s", cj.job_id.hex()[:12], peer, account)
+            await self._seats_from_chain(cj, {str(peer): list(addrs)})
+        except chain_failures() as error:  # the next round reads the seats again
+            log.info("job %s: reading its seats: %s", cj.job_id.hex()[:12], describe_chain_error(error))
 
     async def _seats_from_chain(self, cj: ClientJob, addrs: dict[str, list[str]] | None = None) -> None:
         """The job's seats as the chain lists them, each with the peer of its registered key."""

@@ -47,7 +47,7 @@ from protocol.economics import HARDWARE_SLACK, client_samples, job_min_stake, re
 from protocol.settings import CLIENT_SETTINGS
 
 from ...atomic_file import write_atomic
-from ...errors import BadMessage, BlobCorrupt, LocalError, PeerError
+from ...errors import BlobCorrupt, LocalError, PeerError
 from ...framing import pack, unpack
 from ..chain import describe_chain_error, format_ether, withdraw_credit
 from ..client import ROLE, ClientRole
@@ -57,7 +57,7 @@ from ..client_job import (
 )
 from ..client_result import WEIGHTS_FILE, _write_result, result_dir, write_summary
 from ..jobfiles import JOB_FILE, BundleError, bundle_of_file, encode_bundle, install_job, job_dir, load_training, verified_trace
-from ..job_protocols import JOB_LIMITS, JOB_PROTOCOL, Offer
+from ..job_protocols import Offer
 from .offer import SignedOffer, chain_id_sync, element_specs_of, job_id_of, spec_hash
 
 log = logging.getLogger(__name__)
@@ -289,20 +289,6 @@ class ClientRoleV2(ClientRole):
         await self._read_deadlines(cj)
         log.info("job %s: every seat taken (%d)", cj.job_id.hex()[:12], info.providers_taken)
         return SEATS_FILLED
-
-    async def _offer_to(self, cj: ClientJob, peer: ID, addrs: list[str], offer: bytes, accept_by: int) -> None:
-        ctx = self.ctx
-        try:
-            await ctx.reach(peer, addrs)
-            answer = unpack(await ctx.host.request(peer, JOB_PROTOCOL, offer, timeout=min(
-                OFFER_TIMEOUT, max(1.0, accept_by - time.time())), limits=JOB_LIMITS), peer=peer)
-            if not isinstance(answer, dict) or not isinstance(answer.get("account"), str):
-                raise BadMessage("offer answer without an account", peer=peer)
-        except PeerError as error:
-            log.info("job %s: offer to %s: %s", cj.job_id.hex()[:12], peer, error)
-            return
-        ctx.remember(peer, addrs)
-        await self._seats_from_chain(cj, {str(peer): list(addrs)})
 
     async def _seat_accounts(self, cj: ClientJob) -> tuple[str, ...]:
         chain = self.ctx.chain
