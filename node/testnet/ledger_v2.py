@@ -28,7 +28,7 @@ from contracts.settlement_v2 import (
     ForfeitReason, JobOpened, JobSettled, JobStatus, SeatForfeited, SeatTaken, TraceCommitted, TraceRevealed,
 )
 from contracts.settlement_v2_demands import DataDemanded, DemandAttested, DemandFailed, DemandReleased, DemandVoided, WitnessTimedOut
-from contracts.settlement_v2_games import BondForfeited, ClaimPicked, ClaimResolved, GameOpened
+from contracts.settlement_v2_games import BondForfeited, ClaimResolved, GameOpened
 from contracts.settlement_v2_referees import AppealSettled, RefereeTimedOut
 
 from .ledger import EventBooks, SlashRecord
@@ -117,10 +117,8 @@ class LedgerV2(EventBooks):
         self.jobs: dict[bytes, JobRecordV2] = {}
         self.disputes: dict[bytes, GameRecord] = {}  # the games, by id
         self.demands: dict[bytes, DemandRecord] = {}
-        self.open_claims: set[bytes] = set()  # claims not resolved yet, games' own included (the chain clock's)
         self.burned = 0
         self._root_seat: dict[tuple[bytes, bytes], str] = {}
-        self._game_of_claim: dict[bytes, bytes] = {}
 
     def _apply(self, item: LoggedEvent, at: float) -> None:
         e: Any = item.event
@@ -185,21 +183,18 @@ class LedgerV2(EventBooks):
         elif isinstance(e, DataDemanded):
             self.demands[e.demand_id] = DemandRecord(e.demand_id, e.job_id, e.seat, e.demander, e.item, e.bond, at)
             self.jobs[e.job_id].demands.append(e.demand_id)
-        elif isinstance(e, (DemandReleased, DemandFailed, DemandVoided, DemandAttested)):
+        elif isinstance(e, (DemandReleased, DemandFailed, DemandVoided)) or isinstance(e, DemandAttested) and e.served:
+            # (a refusal attested ends nothing: another witness is drawn, or the demand fails)
             d = self.demands[e.demand_id]
             d.outcome = {DemandFailed: "failed", DemandVoided: "void"}.get(type(e), "served")
-            if isinstance(e, DemandAttested) and e.served:  # the demander pays the witness and the seat's calls
+            if isinstance(e, DemandAttested):  # the demander pays the witness and the seat's calls
                 self._take(d.demander, d.bond, 0, moved)
         elif isinstance(e, GameOpened):
             respondent = self._root_seat.get((e.job_id, e.trace_root), "")
             self.disputes[e.game_id] = GameRecord(e.game_id, e.job_id, e.trace_root, e.interval, e.opener,
                                                   respondent, at)
             self.jobs[e.job_id].games.append(e.game_id)
-            self.open_claims.add(e.game_id)
-        elif isinstance(e, ClaimPicked):
-            self.open_claims.add(e.claim_id)
         elif isinstance(e, ClaimResolved):
-            self.open_claims.discard(e.claim_id)
             if e.claim_id in self.disputes:  # a game's own claim resolved: the game is over
                 self.disputes[e.claim_id].closed_at = at
         elif isinstance(e, BondForfeited):

@@ -30,6 +30,7 @@ from node.roles.v2.demands import (
 from node.roles.v2.keeper import keeper_v2_of
 from node.roles.v2.trained import TrainedJob
 from node.roles.v2.witness import WitnessDuty, witness_of
+from node.testnet.ledger_v2 import LedgerV2
 from node.errors import BadMessage, RemoteError
 from node.framing import pack, unpack
 from node.runtime import Node
@@ -278,11 +279,16 @@ async def test_the_witness_relays_what_the_seat_serves_it_attests_what_it_does_n
         await wait_stage(seat, refused_id, DemandStage.DRAWING)
         assert witness_of(witness).attested == {served_id: True, refused_id: False}
         assert await on_chain(s.refusers_of, refused_id) == (witness.chain.account,)
+        ledger = LedgerV2()  # the testnet's books: a refusal is no end, another witness is drawn
+        ledger.feed(await on_chain(s.events, 0, None), 0.0)
+        assert ledger.demands[served_id].outcome == "served" and ledger.demands[refused_id].outcome == "open"
         while (await on_chain(s.demand, refused_id)).stage == DemandStage.DRAWING:
             for _ in range(DRAW_DELAY):
                 await on_chain(s.chain.mine)
             await trio.sleep(0.2)
         assert (await on_chain(s.demand, refused_id)).stage == DemandStage.VOID
+        ledger.feed(await on_chain(s.events, ledger.last_block + 1, None), 1.0)
+        assert ledger.demands[refused_id].outcome == "void"
         assert [m for m, _ in demand_keeper_of(seat).sent][:4] == [CALL_WITNESS, CALL_WITNESS, DRAW_WITNESS,
                                                                    DRAW_WITNESS]
         assert all(demand_keeper_of(c).refused == 0 for c in (seat, demander, witness))
