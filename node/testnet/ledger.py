@@ -143,14 +143,37 @@ class EventBooks:
         for item in logged:
             if item.block_number <= self.last_block:
                 continue  # a poll that overlaps the previous one
-            self._apply(item, at)
+            account = self._account_event(item.event)
+            if account is not None:
+                self.book(account).record(at)
+            else:
+                self._apply(item, at)
             applied += 1
         if applied:
             self.last_block = max(self.last_block, max(i.block_number for i in logged))
             self.events += applied
         return applied
 
+    def _account_event(self, e: Any) -> str | None:
+        """An event of the node registry, alike in both versions: the account it moved, or None
+        when ``e`` is none of them."""
+        if isinstance(e, NodeRegistered):
+            self.registered[e.account] = e
+            book = self.book(e.account)
+            book.stake, book.deposited = e.stake, book.deposited + e.stake
+        elif isinstance(e, StakeAdded):
+            book = self.book(e.account)
+            book.stake, book.deposited = e.stake, book.deposited + e.amount
+        elif isinstance(e, NodeExited):
+            book = self.book(e.account)
+            book.credit += e.stake_credited
+            book.stake = 0
+        else:
+            return None
+        return e.account
+
     def _apply(self, item: LoggedEvent, at: float) -> None:
+        """Any other event, by the version's rules."""
         raise NotImplementedError
 
     @property
@@ -168,21 +191,7 @@ class Ledger(EventBooks):
     def _apply(self, item: LoggedEvent, at: float) -> None:
         e: Any = item.event
         moved: list[str] = []
-        if isinstance(e, NodeRegistered):
-            self.registered[e.account] = e
-            self.book(e.account).stake = e.stake
-            self.book(e.account).deposited += e.stake
-            moved.append(e.account)
-        elif isinstance(e, StakeAdded):
-            self.book(e.account).stake = e.stake
-            self.book(e.account).deposited += e.amount
-            moved.append(e.account)
-        elif isinstance(e, NodeExited):
-            book = self.book(e.account)
-            book.credit += e.stake_credited
-            book.stake = 0
-            moved.append(e.account)
-        elif isinstance(e, JobOpened):
+        if isinstance(e, JobOpened):
             self.jobs[e.job_id] = JobRecord(e.job_id, e.client, e.price, e.provider_stake, e.providers_wanted, at,
                                             challenge_by=e.challenge_by, ruling_period=e.ruling_period)
             self.book(e.client).escrowed += e.price

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts import LoggedEvent, NodeExited, NodeRegistered, StakeAdded, StakeSlashed, Withdrawn
+from contracts import LoggedEvent, StakeSlashed, Withdrawn
 from contracts.records import ClientRefunded, ProviderPaid, StakeUnlocked
 from contracts.settlement_v2 import (
     ForfeitReason, JobOpened, JobSettled, JobStatus, SeatForfeited, SeatTaken, TraceCommitted, TraceRevealed,
@@ -123,21 +123,7 @@ class LedgerV2(EventBooks):
     def _apply(self, item: LoggedEvent, at: float) -> None:
         e: Any = item.event
         moved: list[str] = []
-        if isinstance(e, NodeRegistered):
-            self.registered[e.account] = e
-            book = self.book(e.account)
-            book.stake, book.deposited = e.stake, book.deposited + e.stake
-            moved.append(e.account)
-        elif isinstance(e, StakeAdded):
-            book = self.book(e.account)
-            book.stake, book.deposited = e.stake, book.deposited + e.amount
-            moved.append(e.account)
-        elif isinstance(e, NodeExited):
-            book = self.book(e.account)
-            book.credit += e.stake_credited
-            book.stake = 0
-            moved.append(e.account)
-        elif isinstance(e, Withdrawn):
+        if isinstance(e, Withdrawn):
             book = self.book(e.account)
             book.credit = max(0, book.credit - e.amount)
             book.withdrawn += e.amount
