@@ -371,6 +371,15 @@ def _deploy_canonical(chain: Any, version: str = "1") -> str:
     return address
 
 
+def fresh_embedded_contract(version: str) -> str:
+    """A dev deployment of settlement ``version`` of its own on this process's embedded chain: its
+    registry holds only the nodes that join it (the process-wide deployment keeps every earlier
+    network's nodes registered, and draws witnesses and referees among them)."""
+    shared = _embedded_chain()
+    with shared.lock:
+        return _deploy_dev(_settlement_class(version), shared.chain).address
+
+
 def ensure_dev_contract(url: str, version: str = "1") -> str:
     """The canonical dev deployment's address on the chain at ``url``, deploying it if needed."""
     from contracts import RpcChain

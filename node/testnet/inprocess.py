@@ -133,7 +133,7 @@ class InProcessNetwork(Network):
                     bootstrap = [nodes[self.plan.nodes[j].name].host.listen_addrs[0] for j in links[i]]
                     values = node_settings(plan_node, self.options, chain=chain_setting,
                                            listen="/ip4/127.0.0.1/tcp/0", bootstrap=bootstrap, log_file="",
-                                           shared_loop_nodes=self.shared_loop_nodes)
+                                           shared_loop_nodes=self.shared_loop_nodes, contract=self.contract)
                     config = init_node_dir(self.node_dir(plan_node.name), plan_node.seed, values)
                     await self._start(plan_node.name, config, nursery)
                     self.infos[plan_node.name].pid = os.getpid()

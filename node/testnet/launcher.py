@@ -125,8 +125,10 @@ def _everyone(options: TestnetOptions) -> int:
 
 
 def node_settings(node: NodePlan, options: TestnetOptions, *, chain: str, listen: str,
-                  bootstrap: list[str], log_file: str, shared_loop_nodes: int = 0) -> dict[str, Any]:
-    """A node's settings; ``shared_loop_nodes``: how many nodes share its event loop (in-process)."""
+                  bootstrap: list[str], log_file: str, shared_loop_nodes: int = 0,
+                  contract: str | None = None) -> dict[str, Any]:
+    """A node's settings; ``shared_loop_nodes``: how many nodes share its event loop (in-process);
+    ``contract``: the run's own deployment (else the chain's canonical one)."""
     values: dict[str, Any] = {
         "roles": [node.role], "chain": chain, "listen": listen, "bootstrap": bootstrap, "stake": options.stake,
         "capacity": options.capacity, "advert_interval": advert_interval(options),
@@ -134,6 +136,8 @@ def node_settings(node: NodePlan, options: TestnetOptions, *, chain: str, listen
         "log_file": log_file, "device": "cpu", "gossip_heartbeat": GOSSIP_HEARTBEAT,
         "gossip_degree": GOSSIP_DEGREE, "settlement": options.settlement,
     }
+    if contract is not None:
+        values["contract"] = contract
     if shared_loop_nodes:
         extra = IN_PROCESS_TIMEOUT_PER_NODE * shared_loop_nodes
         for name in ("dial_timeout", "request_timeout"):
@@ -199,6 +203,7 @@ class RunRecords:
     client_of: dict[int, str] = field(default_factory=dict)  # job index -> the node name of its client
     nets: dict[str, int] = field(default_factory=dict)  # settlement 2: account -> its net money (`LedgerV2.nets`)
     audited: dict[tuple[bytes, bytes], dict[int, bool]] = field(default_factory=dict)  # settlement 2: the auditors' replays
+    contract: str = ""  # the settlement contract the run played on (its last chain's)
 
 
 ProgressHook = Callable[["Network"], None]
@@ -226,6 +231,7 @@ class Network:
         self.timings: dict[str, float] = {}
         self._settlement: Any = None
         self._binding: Any = None
+        self.contract: str | None = None  # the run's own deployment, where it has one (`open_observer`)
         self.loop_lags: list[float] = []
         self.segments: list[Segment] = []  # one per chain the run lived on (a chaos run restarts it once)
         self._poll_lock = trio.Lock()  # a balance reading sees the ledger fed to its own block
@@ -294,10 +300,17 @@ class Network:
         """Bind to the contract (deploying it on a fresh chain) with the observer's own key, and start
         a segment of the run's books (blocking). ``fresh``: a chain started for this run, read from
         its first block."""
-        from ..roles.chain import open_binding_sync
+        from ..roles.chain import EMBEDDED, fresh_embedded_contract, open_binding_sync
         from .plan import node_seed
 
-        config = make_config(self.out / OBSERVER, {"chain": chain_setting, "settlement": self.options.settlement})
+        values = {"chain": chain_setting, "settlement": self.options.settlement}
+        if self.options.settlement == "2" and chain_setting == EMBEDDED and not fresh and self.contract is None:
+            # witnesses and referees are drawn from the contract's registry: the run's own, not one that
+            # an earlier network of this process (a test's, a sweep's) left its stopped nodes in
+            self.contract = fresh_embedded_contract("2")
+        if self.contract is not None:
+            values["contract"] = self.contract
+        config = make_config(self.out / OBSERVER, values)
         self._binding = open_binding_sync(config, node_seed(self.options.seed, OBSERVER))
         self._binding.ensure_funds_sync(0)  # the embedded EVM refuses even a read from an account that cannot pay gas
         self._settlement = self._binding.settlement
@@ -470,7 +483,8 @@ class Network:
         client_of = {job.index: job.client for job in self.plan.jobs}
         return RunRecords(list(self.infos.values()), self.submissions, self.ledger, audits,
                           verdicts, self.run_dirs(), dict(self.timings), memory, segments=self.segments,
-                          chaos=getattr(self, "chaos", None), client_of=client_of | self.client_names())
+                          chaos=getattr(self, "chaos", None), client_of=client_of | self.client_names(),
+                          contract=self._settlement.address if self._settlement is not None else "")
 
     def client_names(self) -> dict[int, str]:
         """Job index -> the node name of its client, where it differs from the plan's."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from contracts import NodeRegistered
 from contracts.settlement_v2 import ForfeitReason, SeatStatus
 from contracts.settlement_v2_demands import DemandStage
 from node.cheats import STRATEGIES
@@ -94,11 +95,11 @@ async def close_windows(network) -> None:
             await trio.to_thread.run_sync(advance_embedded_chain, min(deadlines) - now)
 
 
-def contract_nets(tmp_path: Path, accounts: list[str]) -> tuple[dict[str, int], object]:
-    """Each account's money from the contract alone: stake and credit read now, plus withdrawals,
-    less stake sent and prices escrowed (every account is new to the chain in this test)."""
-    binding = open_binding_sync(make_config(tmp_path / "reader", {"chain": "embedded", "settlement": "2"}),
-                                bytes(range(32)))
+def contract_nets(tmp_path: Path, contract: str, accounts: list[str]) -> tuple[dict[str, int], object]:
+    """Each account's money from the run's contract alone: stake and credit read now, plus withdrawals,
+    less stake sent and prices escrowed (every account is new to the contract in this test)."""
+    binding = open_binding_sync(make_config(tmp_path / "reader", {"chain": "embedded", "settlement": "2",
+                                                                 "contract": contract}), bytes(range(32)))
     binding.ensure_funds_sync(0)
     s = binding.settlement
     return contract_money(s, accounts, 0), s
@@ -111,9 +112,13 @@ def test_a_v2_testnet_catches_each_strategy_and_reports_who_gained_and_lost(tmp_
     report = run_testnet(options, tmp_path / "out", clock=close_windows)
 
     parties = {p["name"]: p for p in report["parties"]}
-    nets, s = contract_nets(tmp_path, [p["account"] for p in parties.values()])
+    nets, s = contract_nets(tmp_path, report["config"]["contract"], [p["account"] for p in parties.values()])
     for p in parties.values():
         assert p["net_wei"] == nets[p["account"]], p["name"]
+    # the run's own deployment: witnesses and referees are drawn among its nodes only, none of an
+    # earlier network of this process
+    registered = {e.event.account for e in s.events(0, None) if isinstance(e.event, NodeRegistered)}
+    assert registered == {p["account"] for p in parties.values()}
     stake = report["jobs"][0]["provider_stake"]
     # a client whose planned honest provider is busy offers the job to another advert, a cheater's
     # among them: a cheater may hold seats of several jobs, and it forfeits each one

@@ -9,9 +9,8 @@ import pytest
 import trio
 
 from contracts import AnvilProcess, NodeRegistered, Role, find_anvil
-from contracts.settlement_v2 import SettlementV2
 from node.config import Settings
-from node.roles.chain import _deploy_dev, _embedded_chain, open_binding_sync
+from node.roles.chain import fresh_embedded_contract, open_binding_sync
 from node.roles.chain_watch import ChainWatch
 from node.roles.v2.follower import ChainFollower
 from node.storage import MIGRATIONS, SCHEMA_VERSION, Storage
@@ -35,9 +34,7 @@ class Bound:
 
 def fresh_contract() -> str:
     """A version-2 deployment of its own on the process's embedded chain: only this test's events."""
-    shared = _embedded_chain()
-    with shared.lock:
-        return _deploy_dev(SettlementV2, shared.chain).address
+    return fresh_embedded_contract("2")
 
 
 def bindings(settings: Settings, count: int, label: str):
