@@ -159,8 +159,10 @@ MIN_HONEST_V2 = 2  # honest providers of a version-2 testnet: one slow, one at f
 def make_plan_v2(options: TestnetOptions, jobs_dir: Path) -> TestnetPlan:
     """A settlement-2 testnet: one node per strategy (a provider's, a client's or an auditor's), beside
     honest ones: ``nodes`` providers less the cheating ones (at least two honest, the first slow), at
-    least MAX_DRAWS honest auditors (the witnesses and referees are drawn from them: with fewer, a seat
-    that refuses one witness finds no other and its demand voids), ``clients`` honest clients. Job i
+    least 2·MAX_DRAWS honest auditors (the witnesses and referees are drawn from them, each draw by
+    PROBES random looks at the registry: with MAX_DRAWS − 1 refusers of 2·MAX_DRAWS excluded, the last
+    draw misses every eligible one with odds (1/3)^PROBES; with MAX_DRAWS auditors, (2/3)^PROBES, 4%,
+    and the demand on a seat that refuses every witness voids), ``clients`` honest clients. Job i
     seats provider cheater i (while there are any) and an honest provider in turn; a cheating client
     submits a job of its own to two honest providers; ``jobs`` jobs, or as many as that takes if more."""
     from protocol.economics import MAX_DRAWS
@@ -177,7 +179,7 @@ def make_plan_v2(options: TestnetOptions, jobs_dir: Path) -> TestnetPlan:
     of_providers = [s for s in strategies if s not in of_clients and s not in of_auditors]
     honest_count = max(MIN_HONEST_V2, options.nodes - len(of_providers))
     cheats = {PROVIDER: of_providers + [HONEST_BEHAVIOURS[0]] + [""] * (honest_count - 1),
-              AUDITOR: [""] * max(options.auditors, MAX_DRAWS) + of_auditors,
+              AUDITOR: [""] * max(options.auditors, 2 * MAX_DRAWS) + of_auditors,
               CLIENT: [""] * options.clients + of_clients}
     nodes = [NodePlan(f"{role}-{i:02d}", role, node_seed(options.seed, f"{role}-{i:02d}"), cheat,
                       1.0 if cheat else 0.0)
