@@ -31,7 +31,7 @@ GAS_LIMITS_DEMANDS: dict[str, int] = {
     "demandData": 400_000,
     "releaseDemand": 150_000,
     "callWitness": 150_000,
-    "drawWitness": 300_000,
+    "drawWitness": 600_000,  # 300k a draw whose PROBES looks and SCAN-long walk all miss (nodes short of stake)
     "attestServed": 550_000,  # 262k served: MAX_DRAWS − 1 refusers charged, the demand recorded for reimbursement
     "failDemand": 950_000,    # 460k: MAX_DRAWS refusers and MAX_REIMBURSED_DEMANDS demanders paid from the lock
     "timeoutWitness": 200_000,

@@ -36,7 +36,7 @@ REFEREE_FUNCTIONS = ("rule", "appeal", "drawReferee", "ruleAppeal", "timeoutRefe
 GAS_LIMITS_REFEREES: dict[str, int] = {
     "rule": 120_000,
     "appeal": 200_000,
-    "drawReferee": 300_000,
+    "drawReferee": 600_000,  # 300k a draw whose PROBES looks and SCAN-long walk all miss (nodes short of stake)
     "ruleAppeal": 300_000,
     "timeoutReferee": 200_000,
     "openStepGame": 1_000_000,  # OneStepVerifier's open, the spec and tensor proofs: 0.41M (mlp's relu), 0.42M (matmul)

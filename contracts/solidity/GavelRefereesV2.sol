@@ -18,9 +18,10 @@ import {SettlementStorageV2} from "./SettlementStorageV2.sol";
 ///    claim from then on).
 ///  - A draw is armed at a block b and made by anyone from b + DRAW_DELAY + 1 to b + 255 (later,
 ///    the call re-arms it): seed = keccak(blockhash(b + DRAW_DELAY), claimId, draws), up to PROBES
-///    indices of `_referees`, the first eligible node (active, free stake ≥ the job's referee
-///    bond, not the client, a seat, a party to the game, the appellant or an earlier referee of
-///    the claim) locks that bond and rules within E_rule. A probe that finds nobody counts as a draw.
+///    random indices of `_referees`, then a walk of up to SCAN entries; the first eligible node
+///    (active, free stake ≥ the job's referee bond, not the client, a seat, a party to the game,
+///    the appellant or an earlier referee of the claim) locks that bond and rules within E_rule.
+///    A draw that finds nobody counts as one.
 ///  - `timeoutReferee`: a referee (the client, a drawn one, an appeal's) past its allowance loses
 ///    its bond, burned, and a new draw is armed; after MAX_DRAWS draws at the first level the
 ///    claim voids (`refereesOut`), at the appeal the first ruling stands.

@@ -16,8 +16,11 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
     uint256 public constant MAX_DRAWS = 3;
     /// @notice Blocks between arming a draw and the block whose hash seeds it.
     uint256 public constant DRAW_DELAY = 2;
-    /// @notice Indices of the referee registry one draw probes.
+    /// @notice Random indices of the referee registry one draw probes.
     uint256 public constant PROBES = 8;
+    /// @notice Consecutive registry entries a draw then walks when every probe missed: a registry of
+    /// at most SCAN nodes is read whole, so a draw there finds nobody only when nobody is eligible.
+    uint256 public constant SCAN = 24;
     /// @notice Blocks whose hash `blockhash` still returns: a draw armed longer ago re-arms.
     uint256 public constant DRAW_WINDOW = 255;
     /// @notice Levels of the deepest trace tree of the fourth level: OneStepVerifier opens programs of
@@ -138,9 +141,12 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
 
     /// Section 9's draw, for a claim's referee or a demand's witness (`itemId`): seed =
     /// keccak(blockhash(armedBlock + DRAW_DELAY), itemId, draws), then up to PROBES indices
-    /// keccak(seed, i) mod |registry|; the first node that is active, has free stake ≥ `bond`, and is
-    /// not the client, a seat of the job, a party to `gameId`, `excluded`, or drawn for this item
-    /// before. Zero when all PROBES miss.
+    /// keccak(seed, i) mod |registry|, then up to SCAN entries on from index keccak(seed, PROBES) mod
+    /// |registry|; the first node that is active, has free stake ≥ `bond`, and is not the client, a
+    /// seat of the job, a party to `gameId`, `excluded`, or drawn for this item before. Zero when all
+    /// miss. The random probes pick every eligible node alike; the walk only keeps a small registry
+    /// (a new network's) from missing its last eligible node, as PROBES looks alone did with odds
+    /// (1 − eligible share)^PROBES.
     function _drawFrom(
         uint256 armedBlock,
         bytes32 itemId,
@@ -153,16 +159,34 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
         bytes32 seed = keccak256(abi.encode(blockhash(armedBlock + DRAW_DELAY), itemId, draws));
         uint256 count = _referees.length;
         address client = _jobs[jobId].client;
-        for (uint256 i; i < PROBES && count != 0; ++i) {
+        if (count == 0) return address(0);
+        for (uint256 i; i < PROBES; ++i) {
             address c = _referees[uint256(keccak256(abi.encode(seed, i))) % count];
-            Node storage node = _nodes[c];
-            // Active, able to lock the bond, and no party to the job, the game or this item.
-            bool eligible = node.status == NodeStatus.Active && node.stake - node.locked >= bond && c != client
-                && c != excluded && _seats[jobId][c].status == SeatStatus.None && !_party[gameId][c]
-                && !_refereed[itemId][c];
-            if (eligible) return c;
+            if (_drawable(c, itemId, jobId, gameId, bond, client, excluded)) return c;
+        }
+        uint256 start = uint256(keccak256(abi.encode(seed, PROBES))) % count;
+        uint256 walk = count < SCAN ? count : SCAN;
+        for (uint256 i; i < walk; ++i) {
+            address c = _referees[(start + i) % count];
+            if (_drawable(c, itemId, jobId, gameId, bond, client, excluded)) return c;
         }
         return address(0);
+    }
+
+    /// Active, able to lock the bond, and no party to the job, the game or this item.
+    function _drawable(
+        address c,
+        bytes32 itemId,
+        bytes32 jobId,
+        bytes32 gameId,
+        uint256 bond,
+        address client,
+        address excluded
+    ) private view returns (bool) {
+        Node storage node = _nodes[c];
+        return node.status == NodeStatus.Active && node.stake - node.locked >= bond && c != client
+            && c != excluded && _seats[jobId][c].status == SeatStatus.None && !_party[gameId][c]
+            && !_refereed[itemId][c];
     }
 
     /// A = f_R + γ·(G_appeal + G_draw + G_ruleAppeal): what an appellant locks (section 9).

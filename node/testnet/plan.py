@@ -159,10 +159,10 @@ MIN_HONEST_V2 = 2  # honest providers of a version-2 testnet: one slow, one at f
 def make_plan_v2(options: TestnetOptions, jobs_dir: Path) -> TestnetPlan:
     """A settlement-2 testnet: one node per strategy (a provider's, a client's or an auditor's), beside
     honest ones: ``nodes`` providers less the cheating ones (at least two honest, the first slow), at
-    least 2·MAX_DRAWS honest auditors (the witnesses and referees are drawn from them, each draw by
-    PROBES random looks at the registry: with MAX_DRAWS − 1 refusers of 2·MAX_DRAWS excluded, the last
-    draw misses every eligible one with odds (1/3)^PROBES; with MAX_DRAWS auditors, (2/3)^PROBES, 4%,
-    and the demand on a seat that refuses every witness voids), ``clients`` honest clients. Job i
+    least 2·MAX_DRAWS honest auditors (the witnesses and referees are drawn from them: a witness is
+    no demander and a referee no party to the game, so a demand on a seat that refuses every witness
+    needs MAX_DRAWS auditors beside its demander, or it voids and the seat is paid; the rest leave
+    referees for games that several auditors joined), ``clients`` honest clients. Job i
     seats provider cheater i (while there are any) and an honest provider in turn; a cheating client
     submits a job of its own to two honest providers; ``jobs`` jobs, or as many as that takes if more."""
     from protocol.economics import MAX_DRAWS

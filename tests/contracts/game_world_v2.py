@@ -25,7 +25,7 @@ from .settlement_world_v2 import INITIAL_STATE, WorldV2
 STEPS, EVERY, NODES = 10, 2, 4  # T, k (C = 5 intervals, a trace of 6 hashes), N
 WRONG_STEP, WRONG_NODE = 4, 2   # the cheater's first wrong step (interval 1, its step 2) and node
 REFEREE_FEE = 10**15
-DRAW_DELAY, DRAW_WINDOW, PROBES = 2, 255, 8  # GavelRefereesV2's draw (section 9)
+DRAW_DELAY, DRAW_WINDOW, PROBES, SCAN = 2, 255, 8, 24  # GavelRefereesV2's draw (section 9)
 
 
 @dataclass(frozen=True)
@@ -61,15 +61,21 @@ TRUTH = Computation("truth", None)
 CHEAT = Computation("cheat", WRONG_STEP)
 
 
-def probe(seed_hash: bytes, claim_id: bytes, draws: int, registry: tuple[str, ...], eligible) -> str | None:
+def probe(seed_hash: bytes, claim_id: bytes, draws: int, registry: tuple[str, ...], eligible, *,
+          scan: int = SCAN) -> str | None:
     """The draw's twin: seed = keccak(blockhash(b + DRAW_DELAY), claimId, draws); the first eligible
-    of up to PROBES registry entries keccak(seed, i) mod |registry|; None when all miss."""
+    of up to PROBES registry entries keccak(seed, i) mod |registry|, then of up to `scan` entries on
+    from keccak(seed, PROBES) mod |registry|; None when all miss."""
+    if not registry:
+        return None
     seed = keccak(abi_encode(["bytes32", "bytes32", "uint8"], [seed_hash, claim_id, draws]))
-    for i in range(PROBES if registry else 0):
-        candidate = registry[int.from_bytes(keccak(abi_encode(["bytes32", "uint256"], [seed, i])), "big") % len(registry)]
-        if eligible(candidate):
-            return candidate
-    return None
+
+    def index(i: int) -> int:
+        return int.from_bytes(keccak(abi_encode(["bytes32", "uint256"], [seed, i])), "big") % len(registry)
+
+    start = index(PROBES)
+    order = [index(i) for i in range(PROBES)] + [(start + i) % len(registry) for i in range(min(scan, len(registry)))]
+    return next((registry[i] for i in order if eligible(registry[i])), None)
 
 
 class GameTable:

@@ -15,13 +15,13 @@ from contracts import Role
 from contracts.settlement_v2 import SettlementV2, _create
 from contracts.settlement_v2_games import ClaimStatus
 from contracts.settlement_v2_referees import (
-    AppealOpened, AppealRuled, AppealSettled, AppealStage, ClaimRuled, RefereeDrawArmed, RefereeTimedOut,
-    RefereesExhausted)
+    GAS_LIMITS_REFEREES, AppealOpened, AppealRuled, AppealSettled, AppealStage, ClaimRuled, RefereeDrawArmed,
+    RefereeDrawn, RefereeTimedOut, RefereesExhausted)
 from protocol.economics import ESTIMATED_GAS
 
 from .game_world_v2 import (
-    CHEAT, DRAW_DELAY, DRAW_WINDOW, EVERY, REFEREE_FEE, TRUTH, WRONG_NODE, WRONG_STEP, GameTable, holdings, probe,
-    register_auditors, register_referees)
+    CHEAT, DRAW_DELAY, DRAW_WINDOW, EVERY, PROBES, REFEREE_FEE, SCAN, TRUTH, WRONG_NODE, WRONG_STEP, GameTable,
+    holdings, probe, register_auditors, register_referees)
 from .settlement_world import NODE_STAKE, ed25519_key, reverts
 from .settlement_world_v2 import PRICE, PROVIDER_STAKE
 
@@ -245,10 +245,12 @@ def test_silent_appeal_referees_run_out_and_the_first_ruling_stands(cast_v2):
 # ---------------------------------------------------------------- the draw
 
 
-def test_draws_skip_ineligible_nodes(world_v2):
+@pytest.mark.parametrize("seed", ["first probe misses", "every random probe misses"])
+def test_draws_skip_ineligible_nodes(world_v2, seed):
     """Registry: the client, both seats, a party to the game, a node short of free stake, an
     unbonding one, and one eligible node. Whatever the seed, only the eligible node is drawn; the
-    test picks a seed whose first probe hits an ineligible node."""
+    test picks a seed whose first probe hits an ineligible node, or one whose PROBES random looks
+    all miss the eligible node (odds (6/7)^8, 29%: the walk over the registry finds it)."""
     w = world_v2
     honest, cheater, _ = w.providers
     w.as_(w.client).register(w.client_key, Role.CLIENT | Role.REFEREE, stake=10 * NODE_STAKE)
@@ -267,12 +269,35 @@ def test_draws_skip_ineligible_nodes(world_v2):
     assert [a for a in registry if model(a)] == [eligible]
 
     def skips_then_draws_eligible(h: bytes) -> bool:
+        if seed == "every random probe misses" and probe(h, node, 0, registry, model, scan=0) is not None:
+            return False
         first = probe(h, node, 0, registry, lambda a: True)
         return first != eligible and probe(h, node, 0, registry, model) == eligible
 
     assert t.draw(node, want=skips_then_draws_eligible) == eligible
     assert w.settlement.ruling(node).referee == eligible
     assert w.settlement.node(eligible).locked == bond
+
+
+def test_a_draw_that_probes_and_walks_in_vain_stays_within_its_gas_limit(cast_v2):
+    """The dearest draw: a registry longer than the walk, nobody eligible (every node short of the
+    referee bond), so PROBES random looks and SCAN steps of the walk are all read."""
+    w = cast_v2
+    auditor, _ = register_auditors(w)
+    t = GameTable(w, (TRUTH, CHEAT), client_referees=False)
+    register_referees(w, SCAN + PROBES, stake=w.settlement.bonds_of(t.jid).referee - 1)
+    game, step, node = cheated_claim(t, auditor)
+    t.after(w.settlement.claim(node).rule_by)
+    with reverts("GameNoRuling", claimId=node):
+        w.as_(w.keeper).timeout(node)
+    w.as_(w.keeper).draw_referee(node)  # armed here (the claim's draw was armed before the referees registered)
+    r = w.settlement.ruling(node)
+    while w.chain.block_number() <= r.armed_block + DRAW_DELAY:
+        w.chain.mine()
+    result = w.as_(w.keeper).draw_referee(node)
+    assert not [e for e in result.events if isinstance(e, RefereeDrawn)]
+    assert w.settlement.ruling(node).draws == 1
+    assert result.gas_used <= GAS_LIMITS_REFEREES["drawReferee"], result.gas_used
 
 
 def test_a_draw_with_nobody_eligible_counts_and_the_claim_voids(cast_v2):
