@@ -75,6 +75,7 @@ class StepGameInfo(_FromAbi):
     step_by: int
     defender: str
     settled: bool
+    depth: int  # levels of its trace tree: the bond is B_node + γ·G_duel(depth)
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,11 @@ class RefereeMovesV2:
     def step_game(self, game_id: int) -> StepGameInfo:
         (raw,) = self._call("getStepGame", game_id)
         return StepGameInfo.from_abi(raw)
+
+    def step_game_bond(self, job_id: bytes, length: int) -> int:
+        """`stepGameBondOf(jobId, length)`: what a duel on a setup of `length` steps locks (wei)."""
+        (bond,) = self._call("stepGameBondOf", _b32(job_id), length)
+        return bond
 
     def step_claim(self, claim_id: bytes) -> StepClaimInfo:
         (raw,) = self._call("getStepClaim", _b32(claim_id))

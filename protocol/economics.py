@@ -114,9 +114,15 @@ class GasFigures:
     appeal: int
     draw: int
     rule_appeal: int
+    duel_base: int            # one side's duel moves but its reveals: commit, ruling, settleStepGame
+    duel_level: int           # a duel's reveal, one per level of its trace tree
 
     def __post_init__(self) -> None:
         _check_fields(self, {f.name: (1, U32) for f in dataclasses.fields(self)})
+
+    def duel(self, depth: int) -> int:
+        """G_duel(depth): one side's gas in a duel whose trace tree has `depth` levels."""
+        return self.duel_base + depth * self.duel_level
 
     def post_steps(self, interval_steps: int) -> int:
         """G_postSteps(k): the interval's k + 1 state hashes."""
@@ -141,7 +147,7 @@ class GasFigures:
 ESTIMATED_GAS = GasFigures(
     list_base_steps=110_000, list_base_nodes=110_000, list_entry=1_500, post_evidence=80_000, open_game=250_000,
     pick_step=240_000, pick_node=210_000, resolve=350_000, join=150_000, call_witness=200_000, attest=280_000,
-    appeal=110_000, draw=150_000, rule_appeal=170_000)
+    appeal=110_000, draw=150_000, rule_appeal=170_000, duel_base=2_300_000, duel_level=120_000)
 
 
 @dataclass(frozen=True)
@@ -394,11 +400,18 @@ def finder_shares(stake: int, settings: ChainSettings) -> tuple[int, int, int]:
     return third, third, third
 
 
+def duel_bond(terms: EconomicTerms, settings: ChainSettings, depth: int, gas: GasFigures = ESTIMATED_GAS) -> int:
+    """B_node + γ·G_duel(depth): what a challenger locks to open a duel (the defender's moves pre-paid)."""
+    return bonds(terms, settings, gas).pick_node + terms.gas_price_cap * gas.duel(depth)
+
+
 def stake_covers_reimbursements(terms: EconomicTerms, settings: ChainSettings, gas: GasFigures = ESTIMATED_GAS) -> bool:
-    """S·(1 − w) ≥ γ·(G_path + MAX_JOINERS·G_join) + f_R + MAX_REIMBURSED_DEMANDS·D (sections 7, 8.5), in
-    integers: scaled by 10⁴. A forfeited lock pays these back before the finders' w·S, which stays whole."""
+    """S·(1 − w) ≥ γ·(G_path + MAX_JOINERS·G_join + G_duel(MAX_STEP_DEPTH)) + f_R + MAX_REIMBURSED_DEMANDS·D
+    (sections 7, 8.5; the duel's part only on terms with the fourth level), in integers: scaled by 10⁴. A
+    forfeited lock pays these back before the finders' w·S, which stays whole."""
     demand = terms.witness_fee + terms.gas_price_cap * (gas.call_witness + gas.attest)
-    owed = (terms.gas_price_cap * (gas.path + MAX_JOINERS * gas.join) + terms.referee_fee
+    duel = gas.duel(MAX_STEP_DEPTH) if terms.on_chain_step else 0
+    owed = (terms.gas_price_cap * (gas.path + MAX_JOINERS * gas.join + duel) + terms.referee_fee
             + MAX_REIMBURSED_DEMANDS * demand)
     return terms.provider_stake * (BPS - settings.winner_share_bps) >= owed * BPS
 

@@ -111,6 +111,8 @@ struct StepGameRef {
     uint64 stepBy;
     address defender;
     bool settled;
+    /// Levels of the duel's trace tree: its bond is B_node + γ·(G_duelBase + depth·G_duelLevel).
+    uint8 depth;
 }
 
 /// @notice A node claim's duels: how many were opened, how many are not settled yet, and whether a

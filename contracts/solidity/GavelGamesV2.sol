@@ -307,15 +307,16 @@ contract GavelGamesV2 is SeatStatementsV2 {
         address challenger = duel.challenger;
         address defender = duel.defender;
         _stepClaims[claimId].open -= 1;
-        uint256 bond = _bonds(jobId).pickNode;
+        uint256 bond = _duelBondOf(jobId, duel.depth);
         bool stands = _seats[jobId][defender].forfeit == ForfeitReason.None;
         if (outcome == OneStepVerifier.Outcome.ChallengerWon) {
             _stepClaims[claimId].upheld = true;
             _unlock(jobId, challenger, bond);
-            if (stands) _forfeitLost(jobId, claimId, claim, defender, challenger, _pathCosts(jobId, claimId, claim));
+            if (stands) _defenderLost(jobId, claimId, claim, duel);
         } else {
             _take(challenger, bond);
-            // The challenger's bond pays the defender that beat it; nobody, when both lost or it fell already.
+            // The challenger's bond pays the defender that beat it (its moves at γ among it); nobody, when
+            // both lost or it fell already.
             if (outcome == OneStepVerifier.Outcome.DefenderWon && stands) _credits[defender] += bond;
             else _burn(bond);
             if (outcome == OneStepVerifier.Outcome.BothLost && stands) _forfeitLost(jobId, claimId, claim, defender, address(0), 0);
@@ -345,6 +346,11 @@ contract GavelGamesV2 is SeatStatementsV2 {
     /// @notice Until when the root's defenders are busy recomputing a picked interval.
     function busyUntil(bytes32 jobId, bytes32 root) external view returns (uint64) {
         return _busyUntil[jobId][root];
+    }
+
+    /// @notice What a duel on a setup of `length` steps locks: B_node + γ·(G_duelBase + depth·G_duelLevel).
+    function stepGameBondOf(bytes32 jobId, uint256 length) external view returns (uint256) {
+        return _duelBondOf(jobId, _depth(length));
     }
 
     /// @notice The bonds of the job's game moves and its referee bond (section 8.5).
@@ -636,6 +642,14 @@ contract GavelGamesV2 is SeatStatementsV2 {
         emit StakeSlashed(jobId, account, stake, finder, paid, stake - paid);
         _burn(stake - paid);
         return owed;
+    }
+
+    /// A standing defender lost a duel: its lock pays the path, and the duel's challenger its moves at γ
+    /// (as the bond would have paid the defender's), then the finders.
+    function _defenderLost(bytes32 jobId, bytes32 claimId, Claim storage claim, StepGameRef storage duel) private {
+        uint256 gas = _duelGas(jobId, duel.depth);
+        _credits[duel.challenger] += gas;
+        _forfeitLost(jobId, claimId, claim, duel.defender, duel.challenger, _pathCosts(jobId, claimId, claim) + gas);
     }
 
     /// Credits the path's reimbursements and a drawn ruling referee's fee, once per node claim; returns their sum.

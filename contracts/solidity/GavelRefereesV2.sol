@@ -309,13 +309,15 @@ contract GavelRefereesV2 is SettlementStorageV2 {
         address defender
     ) external viaSettlement nonReentrant returns (uint256 id) {
         bytes32 jobId = _checkStepGame(claimId, setup, proofs, defender);
-        _lock(_activeNode(msg.sender), msg.sender, _bonds(jobId).pickNode);
+        uint256 depth = _depth(setup.length);
+        // The bond pre-pays the defender's moves at γ: a false duel costs the honest seat nothing.
+        _lock(_activeNode(msg.sender), msg.sender, _duelBondOf(jobId, depth));
         // Each side's clock: E_rule to trace the element, then Δ for its commit and each reveal.
-        uint64 clock = uint64(_jobs[jobId].allowed.rule) + uint64(_depth(setup.length) + 1) * MARGIN;
+        uint64 clock = uint64(_jobs[jobId].allowed.rule) + uint64(depth + 1) * MARGIN;
         // Both clocks bound the game; the ruling comes within 2Δ after them.
         uint64 stepBy = uint64(block.timestamp) + 2 * clock + 2 * MARGIN;
         id = OneStepVerifier(STEP_VERIFIER).open(setup, msg.sender, defender, clock);
-        _recordStepGame(claimId, id, defender, stepBy);
+        _recordStepGame(claimId, id, defender, stepBy, depth);
         emit StepGameOpened(claimId, id, msg.sender, defender, clock, stepBy, setup);
     }
 
@@ -337,9 +339,9 @@ contract GavelRefereesV2 is SettlementStorageV2 {
         _checkSpec(_gameParams[jobId].elementSpecRoot, graphNodes, claim.index, setup, proofs.inputNodes, proofs.specProof);
     }
 
-    function _recordStepGame(bytes32 claimId, uint256 id, address defender, uint64 stepBy) private {
+    function _recordStepGame(bytes32 claimId, uint256 id, address defender, uint64 stepBy, uint256 depth) private {
         _dueled[keccak256(abi.encode(claimId, msg.sender, defender))] = true;
-        _stepGames[id] = StepGameRef(claimId, msg.sender, stepBy, defender, false);
+        _stepGames[id] = StepGameRef(claimId, msg.sender, stepBy, defender, false, uint8(depth));
         StepClaim storage duels = _stepClaims[claimId];
         duels.games += 1;
         duels.open += 1;
@@ -447,10 +449,6 @@ contract GavelRefereesV2 is SettlementStorageV2 {
     }
 
     /// ⌈log2 length⌉: the levels of a trace tree (OneStepVerifier's depth).
-    function _depth(uint256 length) private pure returns (uint256 d) {
-        while ((uint256(1) << d) < length) ++d;
-    }
-
     /// Who may rule the claim at the first level now: its drawn referee, else the client while it may.
     function _holder(bytes32 jobId, Claim storage claim, Ruling storage r) private view returns (address) {
         if (r.referee != address(0)) return r.referee;

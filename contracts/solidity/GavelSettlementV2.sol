@@ -256,11 +256,13 @@ contract GavelSettlementV2 is SettlementStorageV2, NodeRegistryV2 {
         uint256 least = _minStake(terms);
         // The stake makes a cheat the client's sampling misses lose money (section 11).
         if (terms.providerStake < least) revert JobStakeBelowMinimum(terms.providerStake, least);
+        // A won duel's moves, at the verifier's deepest tree, when the terms offer the fourth level.
+        uint256 duel = terms.elementSpecRoot != bytes32(0) ? GAS_DUEL_BASE + MAX_STEP_DEPTH * GAS_DUEL_LEVEL : 0;
         uint256 owed = uint256(terms.gasPriceCap) * (GAS_OPEN_GAME + GAS_PICK_STEP + GAS_PICK_NODE + GAS_RESOLVE
-            + MAX_JOINERS * GAS_JOIN + MAX_REIMBURSED_DEMANDS * (GAS_CALL_WITNESS + GAS_ATTEST)) + terms.refereeFee
-            + MAX_REIMBURSED_DEMANDS * terms.witnessFee;
-        // A lost seat's S·(1 − w) pays a won path's gas, the referee fee and the D of the demanders it
-        // served through a witness (sections 7, 8.5): the finders' w·S stays whole.
+            + MAX_JOINERS * GAS_JOIN + MAX_REIMBURSED_DEMANDS * (GAS_CALL_WITNESS + GAS_ATTEST) + duel)
+            + terms.refereeFee + MAX_REIMBURSED_DEMANDS * terms.witnessFee;
+        // A lost seat's S·(1 − w) pays a won path's gas (a won duel's among it), the referee fee and the
+        // D of the demanders it served through a witness (sections 7, 8.5): the finders' w·S stays whole.
         if (uint256(terms.providerStake) * (BPS - WINNER_SHARE_BPS) < owed * BPS) {
             revert JobStakeBelowReimbursements(terms.providerStake, owed);
         }

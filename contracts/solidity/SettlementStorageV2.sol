@@ -61,6 +61,12 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
     uint256 public constant GAS_CALL_WITNESS = 200_000;
     /// @notice See GAS_CALL_WITNESS.
     uint256 public constant GAS_ATTEST = 280_000;
+    /// @notice Gas of one side's moves in a duel of the fourth level (the duel's bond pre-pays the
+    /// defender's, a won duel's challenger gets its own from the lost lock): its commit (at most 0.72M
+    /// measured), the ruling (1.29M with two input chunks opened) and settleStepGame (0.21M)...
+    uint256 public constant GAS_DUEL_BASE = 2_300_000;
+    /// @notice ... and a reveal per level of the trace tree (at most 117k measured).
+    uint256 public constant GAS_DUEL_LEVEL = 120_000;
 
     mapping(bytes32 jobId => Job) internal _jobs;
     mapping(bytes32 jobId => address[]) internal _seatsOf;
@@ -131,6 +137,21 @@ abstract contract SettlementStorageV2 is NodeStoreV2 {
         b.pickNode = p.refereeFee + n * gamma * GAS_POST_EVIDENCE;
         b.referee = _refereeBondOf(job);
         b.appeal = _appealBondOf(jobId);
+    }
+
+    /// γ·(G_duelBase + depth·G_duelLevel): one side's gas in a duel whose trace tree has `depth` levels.
+    function _duelGas(bytes32 jobId, uint256 depth) internal view returns (uint256) {
+        return uint256(_gameParams[jobId].gasPriceCap) * (GAS_DUEL_BASE + depth * GAS_DUEL_LEVEL);
+    }
+
+    /// Levels of the trace tree over a program of `length` steps: ⌈log2 length⌉.
+    function _depth(uint256 length) internal pure returns (uint256 d) {
+        while ((uint256(1) << d) < length) ++d;
+    }
+
+    /// B_node + the defender's gas: what a challenger locks to open a duel of `depth` levels (section 8.5).
+    function _duelBondOf(bytes32 jobId, uint256 depth) internal view returns (uint256) {
+        return _bonds(jobId).pickNode + _duelGas(jobId, depth);
     }
 
     /// D = f_W + γ·(G_callWitness + G_attest): what a demander and a drawn witness lock (section 7).

@@ -38,6 +38,11 @@ def test_bonds_of_is_protocol_economics_bonds(cast_v2):
     assert (s.setting("GAS_APPEAL"), s.setting("GAS_DRAW"), s.setting("GAS_RULE_APPEAL")) == (
         ESTIMATED_GAS.appeal, ESTIMATED_GAS.draw, ESTIMATED_GAS.rule_appeal)
     assert (s.setting("MAX_DRAWS"), s.setting("DRAW_DELAY")) == (MAX_DRAWS, DRAW_DELAY)
+    # and those a duel's bond pre-pays: B_node + γ·G_duel(⌈log2 length⌉)
+    assert (s.setting("GAS_DUEL_BASE"), s.setting("GAS_DUEL_LEVEL")) == (ESTIMATED_GAS.duel_base, ESTIMATED_GAS.duel_level)
+    terms = w.opened[t.jid].economic_terms()
+    for length, depth in ((1, 0), (2, 1), (3, 2), (1647, 11), (2**40, 40)):
+        assert s.step_game_bond(t.jid, length) == expected.pick_node + terms.gas_price_cap * ESTIMATED_GAS.duel(depth)
     assert w.settlement.node(w.client).locked == expected.referee  # locked at openJob
 
 

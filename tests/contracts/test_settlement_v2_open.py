@@ -121,26 +121,30 @@ def test_the_stake_must_be_strictly_above_s_min(cast_v2):
     w.open_job(provider_stake=least)
 
 
-def test_the_stake_must_cover_a_won_paths_reimbursements(cast_v2):
+@pytest.mark.parametrize("fourth_level", [False, True])
+def test_the_stake_must_cover_a_won_paths_reimbursements(cast_v2, fourth_level):
     """S·(1 − w) ≥ γ·(G_path + MAX_JOINERS·G_join) + f_R + MAX_REIMBURSED_DEMANDS·D (D = f_W + γ·(G_callWitness
-    + G_attest), f_W = 0 here), as protocol.economics checks it."""
+    + G_attest), f_W = 0 here), as protocol.economics checks it; terms with an elementSpecRoot add a won
+    duel's moves at the deepest tree, γ·G_duel(MAX_STEP_DEPTH)."""
     w = cast_v2
     settings = w.settlement.chain_settings()
     g = economics.ESTIMATED_GAS
     stake = 10 * ETHER
+    specs = {"element_spec_root": b"\x01" * 32} if fourth_level else {}
     assert w.settlement.setting("MAX_REIMBURSED_DEMANDS") == economics.MAX_REIMBURSED_DEMANDS
     # The largest γ the stake covers: S·(1 − w) = γ·gas + f_R exactly.
     gas = g.path + economics.MAX_JOINERS * g.join + economics.MAX_REIMBURSED_DEMANDS * (g.call_witness + g.attest)
+    gas += g.duel(economics.MAX_STEP_DEPTH) if fourth_level else 0
     gamma = (stake * (10_000 - settings.winner_share_bps) // 10_000) // gas
     fee = stake * (10_000 - settings.winner_share_bps) // 10_000 - gamma * gas
-    covered = w.terms(provider_stake=stake, gas_price_cap=gamma, referee_fee=fee)
+    covered = w.terms(provider_stake=stake, gas_price_cap=gamma, referee_fee=fee, **specs)
     assert economics.stake_covers_reimbursements(covered.economic_terms(), settings)
-    short = w.terms(nonce=2, provider_stake=stake, gas_price_cap=gamma, referee_fee=fee + 1)
+    short = w.terms(nonce=2, provider_stake=stake, gas_price_cap=gamma, referee_fee=fee + 1, **specs)
     assert not economics.stake_covers_reimbursements(short.economic_terms(), settings)
     with reverts("JobStakeBelowReimbursements", stake=stake, owed=gamma * gas + fee + 1):
-        w.open_job(nonce=2, provider_stake=stake, gas_price_cap=gamma, referee_fee=fee + 1)
+        w.open_job(nonce=2, provider_stake=stake, gas_price_cap=gamma, referee_fee=fee + 1, **specs)
     w.as_(w.client).add_stake(10 * ETHER)  # the referee bond grows with S
-    w.open_job(provider_stake=stake, gas_price_cap=gamma, referee_fee=fee)
+    w.open_job(provider_stake=stake, gas_price_cap=gamma, referee_fee=fee, **specs)
 
 
 TERMS_CASES = [

@@ -46,15 +46,34 @@ def _relu(run) -> int:
 
 
 def _settled(t: GameTable, duel) -> StepGameSettled:
-    settled = t._booked(t.w.as_(t.w.keeper).settle_step_game(duel.id)).one(StepGameSettled)
+    return _settle(t, duel).one(StepGameSettled)
+
+
+def _settle(t: GameTable, duel):
+    result = t._booked(t.w.as_(t.w.keeper).settle_step_game(duel.id))
     assert t.w.settlement.step_game(duel.id).settled
-    return settled
+    return result
 
 
 def _close_node(t: GameTable, claim: bytes) -> ClaimStatus:
     """Ends a node claim played on the fourth level: after its duels' window (evidenceBy + 2Δ)."""
     t.after(t.w.settlement.claim(claim).answer_by + 2 * MARGIN)
     return t.close(claim)
+
+
+def _duel_bond(t: GameTable, duel) -> int:
+    """What the duel locked: B_node + γ·G_duel(depth), as protocol.economics computes it."""
+    bond = t.w.settlement.step_game_bond(t.jid, duel.setup.spec.length)
+    terms = t.w.opened[t.jid].economic_terms()
+    assert bond == economics.duel_bond(terms, t.w.settlement.chain_settings(), duel.setup.depth)
+    assert t.w.settlement.step_game(duel.id).depth == duel.setup.depth
+    return bond
+
+
+def _side_gas(played, side: int, settled_gas: int) -> int:
+    """The most one side of a played duel spent: its commit and reveals, the ruling (whoever sent it)
+    and the settlement."""
+    return sum(tx.gas for tx in played.transactions if tx.side == side or tx.name == "rule") + settled_gas
 
 
 def _no_referee_moved(t: GameTable, since: int) -> None:
@@ -84,8 +103,12 @@ def test_a_cheating_defender_loses_its_duel_and_its_stake(cast_v2, run):
     assert abi_encode([SETUP_ABI], [duel.opened.setup]) == abi_encode([SETUP_ABI], [duel.setup.as_abi()])
     played = play_duel(t, duel, ruler=0)
     assert played.outcome == CHALLENGER_WON
-    settled = _settled(t, duel)
+    duel_gas = _duel_bond(t, duel) - w.settlement.bonds_of(t.jid).pick_node
+    result = _settle(t, duel)
+    settled = result.one(StepGameSettled)
     assert settled.outcome == OUTCOME_CODES[CHALLENGER_WON]
+    # the lost lock pays the winner's moves at γ: at least what they used
+    assert GAMMA * _side_gas(played, 0, result.gas_used) <= duel_gas
     assert w.settlement.seat(t.jid, cheater).forfeit == ForfeitReason.LOST_GAME
     assert _close_node(t, node) == ClaimStatus.UPHELD
     assert t.close(step) == ClaimStatus.UPHELD
@@ -93,7 +116,7 @@ def test_a_cheating_defender_loses_its_duel_and_its_stake(cast_v2, run):
     assert holdings(w, w.client) == before[w.client]  # the referee never moved
     _no_referee_moved(t, since)
     t.settle()
-    assert holdings(w, auditor) == before[auditor] + FINDERS + GAMMA * PATH_GAS
+    assert holdings(w, auditor) == before[auditor] + FINDERS + GAMMA * PATH_GAS + duel_gas
     assert holdings(w, cheater) == before[cheater] - S
     assert holdings(w, honest) == before[honest] + PRICE // 2
     assert holdings(w, w.client) == before[w.client] + PRICE - PRICE // 2
@@ -112,15 +135,19 @@ def test_a_cheating_challenger_loses_its_bonds_to_the_honest_defenders(cast_v2, 
     game, step, node = t.path_to_node(adversary, a, C, S_IN, n)  # b endorses a's lists
     lie = JobComputation(run, "lie", node=n, element=3)
     duel = open_duel(t, run, node, adversary, lie, a, n, lie.element)
-    assert play_duel(t, duel, ruler=0).outcome == DEFENDER_WON  # the ruling handed in by the liar
-    assert _settled(t, duel).outcome == OUTCOME_CODES[DEFENDER_WON]
-    assert w.settlement.credit_of(a) == paid.pick_node  # the duel's bond
+    played = play_duel(t, duel, ruler=0)  # the ruling handed in by the liar
+    assert played.outcome == DEFENDER_WON
+    bond = _duel_bond(t, duel)
+    result = _settle(t, duel)
+    assert result.one(StepGameSettled).outcome == OUTCOME_CODES[DEFENDER_WON]
+    assert w.settlement.credit_of(a) == bond  # the duel's bond...
+    assert GAMMA * _side_gas(played, 1, result.gas_used) <= bond - paid.pick_node  # ... pays the seat's moves
     assert _close_node(t, node) == ClaimStatus.FAILED
     assert t.close(step) == ClaimStatus.FAILED
     assert t.close(game) == ClaimStatus.FAILED
     _no_referee_moved(t, since)
     t.settle()
-    lost = paid.open_game + paid.pick_step + 2 * paid.pick_node
+    lost = paid.open_game + paid.pick_step + paid.pick_node + bond
     assert holdings(w, adversary) == before[adversary] - lost
     assert holdings(w, w.client) == before[w.client] + PRICE - 2 * (PRICE // 2)
     for seat in (a, b):
@@ -166,7 +193,7 @@ def test_a_located_step_nobody_rules_is_lost_by_both(cast_v2, run):
     t.after(duel.opened.step_by)
     assert _settled(t, duel).outcome == OUTCOME_CODES[BOTH_LOST]
     assert w.settlement.seat(t.jid, cheater).forfeit == ForfeitReason.LOST_GAME
-    assert w.ledger()["burned"] == burned + S + w.settlement.bonds_of(t.jid).pick_node
+    assert w.ledger()["burned"] == burned + S + _duel_bond(t, duel)
     assert _close_node(t, node) == ClaimStatus.FAILED
 
 
@@ -194,7 +221,7 @@ def test_each_seat_answers_for_its_own_duel_only(cast_v2, run):
     assert (t.close(step), t.close(game)) == (ClaimStatus.UPHELD, ClaimStatus.UPHELD)
     _no_referee_moved(t, since)
     t.settle()
-    assert holdings(w, honest) == before[honest] + PRICE // 2 + w.settlement.bonds_of(t.jid).pick_node
+    assert holdings(w, honest) == before[honest] + PRICE // 2 + _duel_bond(t, fought)
     assert holdings(w, thrower) == before[thrower] - S
     assert holdings(w, w.client) == before[w.client] + PRICE - PRICE // 2
 
@@ -220,13 +247,14 @@ def test_a_joiner_duels_the_cheater_a_front_running_author_let_off(cast_v2, run)
     assert w.settlement.seat(t.jid, cheater).forfeit == ForfeitReason.LOST_GAME
     burned = w.ledger()["burned"]
     _settled(t, thrown)  # its winner fell already: the accomplice's bond is burned, not the cheater's
-    assert w.ledger()["burned"] == burned + w.settlement.bonds_of(t.jid).pick_node
+    assert w.ledger()["burned"] == burned + _duel_bond(t, thrown)
     assert _close_node(t, node) == ClaimStatus.UPHELD
     assert t.close(step) == ClaimStatus.UPHELD
     assert t.close(game) == ClaimStatus.UPHELD
     t.settle()
     third = S * WINNER_SHARE_BPS // 10_000 // 3
-    assert holdings(w, auditor) == before[auditor] + third + GAMMA * ESTIMATED_GAS.join
+    won_gas = _duel_bond(t, won) - w.settlement.bonds_of(t.jid).pick_node  # the won duel's moves at γ
+    assert holdings(w, auditor) == before[auditor] + third + GAMMA * ESTIMATED_GAS.join + won_gas
     assert holdings(w, honest) == before[honest] + PRICE // 2
     assert holdings(w, cheater) == before[cheater] - S
 

@@ -220,6 +220,12 @@ def test_the_stake_must_cover_a_won_games_reimbursements():
     assert not stake_covers_reimbursements(replace(job, provider_stake=2 * owed - 1), TESTNET)
     with pytest.raises(LocalProtocolError, match="reimbursements"):
         check_open(replace(job, catch_bps=10_000, provider_stake=2 * owed - 1), TESTNET)
+    # With the fourth level on offer, a won duel's moves at the deepest tree (40 levels) come on top.
+    dueling = replace(job, on_chain_step=True, provider_stake=2 * owed)
+    duel = GWEI * (ESTIMATED_GAS.duel_base + 40 * ESTIMATED_GAS.duel_level)
+    assert not stake_covers_reimbursements(dueling, TESTNET)
+    assert stake_covers_reimbursements(replace(dueling, provider_stake=2 * (owed + duel)), TESTNET)
+    assert not stake_covers_reimbursements(replace(dueling, provider_stake=2 * (owed + duel) - 1), TESTNET)
 
 
 def test_a_provider_refuses_a_step_cost_it_cannot_meet():

@@ -563,9 +563,11 @@ class Auditor:
             return False
         return await self._send(bond, claim, send, *args)
 
-    async def _afford(self, job_id: bytes, bond: str) -> bool:
+    async def _afford(self, job_id: bytes, bond: str, need: int | None = None) -> bool:
+        """Whether our free stake covers the bond: one of `bonds_of`'s by name, or `need` wei named `bond`."""
         s = self.chain.settlement
-        need = getattr(await self.chain.run(s.bonds_of, job_id), bond)
+        if need is None:
+            need = getattr(await self.chain.run(s.bonds_of, job_id), bond)
         free = (await self.chain.run(s.node, self.chain.account)).free_stake
         if free < need:
             log.warning("auditor: job %s: %s needs a bond of %d wei, %d free", job_id.hex()[:12], bond, need, free)

@@ -67,12 +67,12 @@ class Intent:
 class Challenger:
     """Opens duels on the node claims this node holds. `training_of(job)` gives the job's training
     program, `node_values` its replay's values of a node, `output_of` a seat's output over the network;
-    `afford(job, bond)` and `send(move, claim, fn, *args)` are the auditor's own (free stake read from
-    the chain; a transaction logged and counted)."""
+    `afford(job, bond, need)` and `send(move, claim, fn, *args)` are the auditor's own (free stake read
+    from the chain; a transaction logged and counted)."""
 
     def __init__(self, chain: Any, duels: Duels, training_of: Callable[[bytes], Awaitable[Any]],
                  node_values: NodeValues, output_of: NodeOutputSource, *,
-                 afford: Callable[[bytes, str], Awaitable[bool]], send: Callable[..., Awaitable[bool]],
+                 afford: Callable[[bytes, str, int], Awaitable[bool]], send: Callable[..., Awaitable[bool]],
                  data_dir: Path | None = None) -> None:
         self.chain = chain
         self.duels = duels
@@ -164,10 +164,11 @@ class Challenger:
         setup = duel_setup(node, element, posted, hash_tensor(ours))
         proofs = duel_proofs(node, posted, await self._spec_leaves(job_id, graph))
         margin = (await self.chain.run(s.chain_settings)).margin
+        bond = await self.chain.run(s.step_game_bond, job_id, setup.spec.length)
         for seat in defenders:
             duels = await self.chain.run(s.step_claim, claim_id)
             closes = claim.answer_by + (2 * margin if duels.games else 0)
-            if await self.chain.run(self.chain.chain.now) >= closes or not await self.afford(job_id, "pick_node"):
+            if await self.chain.run(self.chain.chain.now) >= closes or not await self.afford(job_id, "duel", bond):
                 log.warning("challenger: claim %s: no duel against %s (window closed at %d, or no bond)",
                             intent.claim_id[:12], seat, closes)
                 return

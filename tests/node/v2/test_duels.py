@@ -210,9 +210,10 @@ async def test_a_challenger_that_claims_an_honest_output_wrong_loses_its_duel_an
     roles.settle()
     after = {a: holdings(w, a) for a in before}
     bonds = w.settlement.bonds_of(jid)
-    assert after[x] == before[x] - (bonds.open_game + bonds.pick_step + 2 * bonds.pick_node)
+    duel = w.settlement.step_game_bond(jid, setup.spec.length)  # B_node and the seat's moves at γ
+    assert after[x] == before[x] - (bonds.open_game + bonds.pick_step + bonds.pick_node + duel)
     assert after[seat] == before[seat] + w.settlement.job(jid).price + bonds.open_game + bonds.pick_step \
-        + 2 * bonds.pick_node
+        + bonds.pick_node + duel
     assert after[w.client] == before[w.client]
     assert w.settlement.seat(jid, seat).forfeit == ForfeitReason.NONE
     w.assert_every_coin_accounted()
