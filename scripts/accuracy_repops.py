@@ -321,7 +321,6 @@ def _bit_patterns(gen, count, limit, positive=False):
 
 
 def large_sample_rows(gen, count):
-    ld = np.longdouble
     cases = {
         # op: (inputs, long double function, Decimal truth)
         "exp": (np.concatenate([_bit_patterns(gen, count // 2, 88.7), gen.uniform(-103.9, 88.7, count // 2).astype(np.float32)]),

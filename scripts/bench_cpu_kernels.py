@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.threads == 1 else time.perf_counter
     print(f"threads={args.threads}, median of {args.repeat}, {'CPU' if args.threads == 1 else 'wall'} time")
-    print(f"| case | array path | compiled | plain float32 | array/plain | compiled/plain | array/compiled |")
+    print("| case | array path | compiled | plain float32 | array/plain | compiled/plain | array/compiled |")
     print("|---|---|---|---|---|---|---|")
     for label, reproducible, plain, plain_label in _cases(args.quick):
         array_run, kernel_run = _with_kernels("0", reproducible), _with_kernels("1", reproducible)
