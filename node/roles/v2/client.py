@@ -375,7 +375,7 @@ class ClientRoleV2(ClientRole):
         every = training.spec.checkpoint_interval
         out: dict[str, bool | None] = {}
         for c in intervals:
-            path = await self._fetch_item(cj, seat, c + 1)
+            path = await self._fetch_item(cj, seat, c + 1, demand=True)
             out[str(c)] = None if path is None else await trio.to_thread.run_sync(
                 replay_interval_sync, training, path, c, trace, every)
             if path is None:
@@ -418,12 +418,17 @@ class ClientRoleV2(ClientRole):
         log.warning("job %s: %s did not deliver item %d; demanded it on chain", cj.job_id.hex()[:12],
                     seat["account"], item)
 
-    async def _fetch_item(self, cj: ClientJob, seat: dict, item: int) -> Path | None:
+    async def _fetch_item(self, cj: ClientJob, seat: dict, item: int, *, demand: bool = False) -> Path | None:
         """Item ``item`` of a revealed seat (c + 1: checkpoint c), fetched and checked against its
-        revealed trace by the node's data service; None when the seat does not deliver it."""
+        revealed trace by the node's data service; None when the seat does not deliver it. With
+        `demand`, the first failed attempt demands the item on chain before the retries: demands open
+        only in the seat's first window, which retries on a loaded network can outlast, and the data
+        service releases the demand (D back) when the item comes."""
         peer = ID.from_base58(seat["peer"])
         for attempt in range(FETCH_ATTEMPTS):
             if attempt:  # a seat's data service serves once it read its own reveal on chain
+                if demand:
+                    await self._demand(cj, seat, item)
                 await trio.sleep(FETCH_RETRY_DELAY * 2 ** (attempt - 1))
             try:
                 if seat["addrs"]:

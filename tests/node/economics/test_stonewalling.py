@@ -82,6 +82,24 @@ async def stonewalling_network(nursery: trio.Nursery, tmp_path: Path) -> tuple[N
     return net, stonewall, witness
 
 
+def watch_retries(net: Network, job_id: bytes, seats: tuple[str, ...]) -> dict[str, bool]:
+    """Wraps the client's data-service fetch: for each of `seats`, whether its item was demanded on chain
+    when the client asked for it a second time."""
+    service = net.client.ctx.job_data
+    fetch, calls, seen = service.fetch_item, {seat: 0 for seat in seats}, {}
+
+    async def counted(job: bytes, seat: str, item: int, **kwargs: Any) -> Any:
+        if job == job_id and seat in calls:
+            calls[seat] += 1
+            if calls[seat] == 2:
+                seen[seat] = any(isinstance(e.event, DataDemanded) and e.event.seat == seat and e.event.job_id == job
+                                 for e in await on_chain(net.settlement.events, 0, None))
+        return await fetch(job, seat, item, **kwargs)
+
+    service.fetch_item = counted
+    return seen
+
+
 @trio_test(timeout=240)
 async def test_a_stonewalling_seat_forfeits_unless_it_serves_a_witness_and_then_the_client_pays_only_the_residual(
         tmp_path):
@@ -95,6 +113,7 @@ async def test_a_stonewalling_seat_forfeits_unless_it_serves_a_witness_and_then_
         assert set(await on_chain(s.seats, job_id)) == {honest, walled, mute}
         trace = await trio.to_thread.run_sync(computed_trace, net.job_file)
         assert trace[0] == (await on_chain(s.job, job_id)).initial_state
+        demanded_before_retry = watch_retries(net, job_id, (walled, mute))
         await committed_and_revealed(net, job_id, trace)  # a right trace: the mute seat's only fault is silence
 
         with trio.fail_after(120):  # the client samples every seat: both stonewallers are demanded
@@ -115,6 +134,9 @@ async def test_a_stonewalling_seat_forfeits_unless_it_serves_a_witness_and_then_
 
         summary = await settled(net, job_id)
         assert summary["status"] == "FINALIZED" and summary["result_from"]
+        # each demand went out after the first refused fetch, before the client tried again: retries on a
+        # loaded network can outlast the window demands open in
+        assert demanded_before_retry == {walled: True, mute: True}
         assert (await on_chain(s.seat, job_id, mute)).forfeit == ForfeitReason.UNAVAILABLE
         for seat in (honest, walled):
             assert (await on_chain(s.seat, job_id, seat)).status == SeatStatus.PAID

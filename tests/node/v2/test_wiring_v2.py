@@ -22,7 +22,7 @@ from node.runtime import Node
 
 from ..conftest import trio_test
 from ...contracts.settlement_world_v2 import SPEC, default_terms
-from ..test_roles_support import advance_embedded_chain, start_node
+from ..test_roles_support import advance_embedded_chain, start_node, wait_for
 from .test_data_v2 import ready
 
 
@@ -48,6 +48,8 @@ async def run_once(tmp_path, seen: Seen):
         ctx = await ready(node)
         ctx.follower.subscribe(NodeRegistered, seen)
         await ctx.follower.wait_caught_up()
+        # the keeper starts beside the roles: on a loaded machine it may still be coming up here
+        await wait_for(lambda: keeper_v2_of(node) is not None, timeout=30)
         nursery.cancel_scope.cancel()
     return node, ctx
 
