@@ -47,7 +47,7 @@ from protocol.economics import HARDWARE_SLACK, client_samples, job_min_stake, re
 from protocol.settings import CLIENT_SETTINGS
 
 from ...atomic_file import write_atomic
-from ...errors import BlobCorrupt, LocalError, PeerError
+from ...errors import BlobCorrupt, LocalError, PeerError, RemoteError
 from ...framing import pack, unpack
 from ..chain import describe_chain_error, format_ether, withdraw_credit
 from ..client import ROLE, ClientRole
@@ -421,13 +421,15 @@ class ClientRoleV2(ClientRole):
     async def _fetch_item(self, cj: ClientJob, seat: dict, item: int, *, demand: bool = False) -> Path | None:
         """Item ``item`` of a revealed seat (c + 1: checkpoint c), fetched and checked against its
         revealed trace by the node's data service; None when the seat does not deliver it. With
-        `demand`, the first failed attempt demands the item on chain before the retries: demands open
-        only in the seat's first window, which retries on a loaded network can outlast, and the data
-        service releases the demand (D back) when the item comes."""
+        `demand`, a seat that answers with a refusal is demanded the item on chain before the retries:
+        demands open only in the seat's first window, which retries on a loaded network can outlast,
+        and the data service releases the demand (D back) when the item comes. A seat that does not
+        answer at all (a congested host, a network fault) is retried first and demanded after."""
         peer = ID.from_base58(seat["peer"])
+        refused = False
         for attempt in range(FETCH_ATTEMPTS):
             if attempt:  # a seat's data service serves once it read its own reveal on chain
-                if demand:
+                if demand and refused:
                     await self._demand(cj, seat, item)
                 await trio.sleep(FETCH_RETRY_DELAY * 2 ** (attempt - 1))
             try:
@@ -439,6 +441,7 @@ class ClientRoleV2(ClientRole):
                 log.warning("job %s: item %d of %s: %s", cj.job_id.hex()[:12], item, seat["account"], error)
                 return None
             except (PeerError, LocalError) as error:
+                refused = isinstance(error, RemoteError)
                 log.info("job %s: item %d of %s: %s", cj.job_id.hex()[:12], item, seat["account"], error)
         return None
 
