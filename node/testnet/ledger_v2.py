@@ -55,6 +55,7 @@ class DemandRecord:
     bond: int
     at: float
     outcome: str = "open"            # served (released or attested), failed, void
+    refusers: list[str] = field(default_factory=list)  # witnesses that attested "not served", in order
 
 
 @dataclass
@@ -169,12 +170,17 @@ class LedgerV2(EventBooks):
         elif isinstance(e, DataDemanded):
             self.demands[e.demand_id] = DemandRecord(e.demand_id, e.job_id, e.seat, e.demander, e.item, e.bond, at)
             self.jobs[e.job_id].demands.append(e.demand_id)
-        elif isinstance(e, (DemandReleased, DemandFailed, DemandVoided)) or isinstance(e, DemandAttested) and e.served:
-            # (a refusal attested ends nothing: another witness is drawn, or the demand fails)
+        elif isinstance(e, DemandAttested) and not e.served:
+            # a refusal attested ends nothing: another witness is drawn, or the demand fails
+            self.demands[e.demand_id].refusers.append(e.witness)
+        elif isinstance(e, (DemandReleased, DemandFailed, DemandVoided, DemandAttested)):
             d = self.demands[e.demand_id]
             d.outcome = {DemandFailed: "failed", DemandVoided: "void"}.get(type(e), "served")
-            if isinstance(e, DemandAttested):  # the demander pays the witness and the seat's calls
-                self._take(d.demander, d.bond, 0, moved)
+            if isinstance(e, DemandAttested):
+                # the demander pays the witness and the seat's calls; each refuser the contradicted
+                # witness pays its D (the seat's redraw, the rest back to it as credit)
+                for account in (d.demander, *d.refusers):
+                    self._take(account, d.bond, 0, moved)
         elif isinstance(e, GameOpened):
             respondent = self._root_seat.get((e.job_id, e.trace_root), "")
             self.disputes[e.game_id] = GameRecord(e.game_id, e.job_id, e.trace_root, e.interval, e.opener,

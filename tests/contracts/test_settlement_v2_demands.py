@@ -13,6 +13,7 @@ from contracts.settlement_v2 import ForfeitReason, JobSettled, JobStatus, Settle
 from contracts.settlement_v2_demands import (
     BUNDLE, DataDemanded, DemandAttested, DemandFailed, DemandStage, DemandVoided, WitnessCalled, WitnessDrawn,
     WitnessTimedOut, checkpoint_item)
+from node.testnet.ledger_v2 import LedgerV2
 from protocol.economics import ESTIMATED_GAS, MAX_DRAWS, bonds
 
 from .game_world_v2 import DRAW_DELAY, holdings, register_auditors, register_referees
@@ -323,6 +324,10 @@ def test_lying_witnesses_cost_an_honest_seat_nothing_while_one_witness_is_honest
         assert after[liar] - before[liar] == -CALLS
     assert after[honest] - before[honest] == WITNESS_FEE + ATTEST
     assert after[d.auditor] - before[d.auditor] == -d.bond
+    ledger = LedgerV2()  # the testnet's books agree: each liar's D leaves its stake with the demander's
+    ledger.feed(d.s.events(0, None), 0.0)
+    assert ledger.demands[demand].refusers == liars
+    assert ledger.mismatches(d.s) == []
 
 
 def test_silent_witnesses_are_burned_and_then_the_demand_voids(d):
