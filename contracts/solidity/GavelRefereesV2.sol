@@ -448,7 +448,6 @@ contract GavelRefereesV2 is SettlementStorageV2 {
         if (!LibList.verify(specRoot, leaf, graphNodes, n, specProof)) revert StepGameBadSpecProof();
     }
 
-    /// ⌈log2 length⌉: the levels of a trace tree (OneStepVerifier's depth).
     /// Who may rule the claim at the first level now: its drawn referee, else the client while it may.
     function _holder(bytes32 jobId, Claim storage claim, Ruling storage r) private view returns (address) {
         if (r.referee != address(0)) return r.referee;
