@@ -37,13 +37,22 @@ class Config:
     env: dict[str, str] = field(default_factory=dict)
     order: str = "C"  # memory order the child gives the inputs
     needs: str = ""  # a package the configuration cannot run without (left out, and said so, where absent)
+    cpu: str = ""  # a CPU feature it cannot run without (NumPy's name; left out, and said so, where absent)
+
+
+def cpu_has(feature: str) -> bool:
+    """Whether this CPU has ``feature`` as NumPy names it ("AVX512F"): OpenBLAS forced to a core type
+    the CPU lacks dies of SIGILL."""
+    from numpy._core._multiarray_umath import __cpu_features__
+
+    return bool(__cpu_features__.get(feature))
 
 
 CONFIGS = (
     Config("base", {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}),
     Config("threads=2", {"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}),
     Config("Haswell", {"OPENBLAS_NUM_THREADS": "1", "OPENBLAS_CORETYPE": "Haswell"}),
-    Config("SkylakeX", {"OPENBLAS_NUM_THREADS": "1", "OPENBLAS_CORETYPE": "SkylakeX"}),
+    Config("SkylakeX", {"OPENBLAS_NUM_THREADS": "1", "OPENBLAS_CORETYPE": "SkylakeX"}, cpu="AVX512F"),
     Config("no-AVX2/512", {"OPENBLAS_NUM_THREADS": "1", "NPY_DISABLE_CPU_FEATURES": NO_AVX}),
     Config("Fortran", {"OPENBLAS_NUM_THREADS": "1"}, order="F"),
     Config("numpy-f64-gemm", {"OPENBLAS_NUM_THREADS": "2", GEMM_ENGINE_ENV: "float64"}),
@@ -166,10 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     from .registry import names
 
     missing = missing_examples(names())
-    configs = tuple(c for c in CONFIGS if not c.needs or importlib.util.find_spec(c.needs) is not None)
+    configs = tuple(c for c in CONFIGS if (not c.needs or importlib.util.find_spec(c.needs) is not None)
+                    and (not c.cpu or cpu_has(c.cpu)))
     for c in CONFIGS:
         if c not in configs:
-            _say(f"{c.name} left out: it needs {c.needs}, which is not installed")
+            lacking = f"{c.cpu}, which this CPU lacks" if c.cpu and not cpu_has(c.cpu) else f"{c.needs}, which is not installed"
+            _say(f"{c.name} left out: it needs {lacking}")
     _say(f"{len(configs)} configurations, {max(1, args.jobs)} at a time, each in its own process")
     results = _run_configs(configs, args.jobs)
     if gpu_available():

@@ -154,7 +154,12 @@ def check_unary_f64(rng: np.random.Generator, n: int) -> None:
         assert_same("f64_rint", F.f64_rint, (x,), np.rint(fx).view(U64))
         assert_same("f64_to_i64", F.f64_to_i64, (x,), fx.astype(np.int64).view(U64))
         mantissa, exponent = np.frexp(fx)
-        assert_same("f64_frexp_mantissa", F.f64_frexp_mantissa, (x,), mantissa.view(U64))
+        # a NaN goes through unchanged; NumPy's scalar loop (C frexp: x + x) quiets a signalling one, its
+        # AVX-512 loop does not. No hashed bit reads a NaN's mantissa: the specs take frexp's exponent of
+        # finite values only.
+        numpy_mantissa = mantissa.view(U64)
+        numpy_mantissa = np.where(np.isnan(fx) & (numpy_mantissa == quiet(x)), x, numpy_mantissa)
+        assert_same("f64_frexp_mantissa", F.f64_frexp_mantissa, (x,), numpy_mantissa)
         assert_same("f64_frexp_exponent", F.f64_frexp_exponent, (x,), exponent.astype(np.int64).view(U64))
         shifts = rng.integers(-1200, 1200, len(x)).astype(np.int64)
         shifts[: len(EDGES)] = -1074
