@@ -48,6 +48,16 @@ def cpu_has(feature: str) -> bool:
     return bool(__cpu_features__.get(feature))
 
 
+
+def _lacking(c: Config) -> str | None:
+    """What this machine lacks to run configuration ``c`` (None: nothing)."""
+    if c.needs and importlib.util.find_spec(c.needs) is None:
+        return f"{c.needs}, which is not installed"
+    if c.cpu and not cpu_has(c.cpu):
+        return f"{c.cpu}, which this CPU lacks"
+    return None
+
+
 CONFIGS = (
     Config("base", {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}),
     Config("threads=2", {"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}),
@@ -175,12 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     from .registry import names
 
     missing = missing_examples(names())
-    configs = tuple(c for c in CONFIGS if (not c.needs or importlib.util.find_spec(c.needs) is not None)
-                    and (not c.cpu or cpu_has(c.cpu)))
-    for c in CONFIGS:
-        if c not in configs:
-            lacking = f"{c.cpu}, which this CPU lacks" if c.cpu and not cpu_has(c.cpu) else f"{c.needs}, which is not installed"
-            _say(f"{c.name} left out: it needs {lacking}")
+    lacking = {c.name: _lacking(c) for c in CONFIGS}
+    configs = tuple(c for c in CONFIGS if lacking[c.name] is None)
+    for name, what in lacking.items():
+        if what is not None:
+            _say(f"{name} left out: it needs {what}")
     _say(f"{len(configs)} configurations, {max(1, args.jobs)} at a time, each in its own process")
     results = _run_configs(configs, args.jobs)
     if gpu_available():
