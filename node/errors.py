@@ -9,6 +9,21 @@ the peer, and keeps serving everyone else.
 from __future__ import annotations
 
 
+def leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    """The exceptions of a (nested) exception group, flattened."""
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out.extend(leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
+
+
+def describe_failure(error: BaseException) -> str:
+    """An error in one line, ``Type: message``; an exception group says its leaves' (a task's
+    error inside a nursery is wrapped in one, which says only how many it holds)."""
+    errors = leaves(error) if isinstance(error, BaseExceptionGroup) else [error]
+    return "; ".join(f"{type(e).__name__}: {e}" for e in errors) or f"{type(error).__name__}: {error}"
+
+
 class NodeError(Exception):
     """Base of every error raised by the node layer."""
 

@@ -18,14 +18,6 @@ def describe_os_error(error: OSError) -> str:
     return f"{error.filename}: {reason}"
 
 
-def leaves(group: BaseExceptionGroup) -> list[BaseException]:
-    """The exceptions of a (nested) exception group, flattened."""
-    out: list[BaseException] = []
-    for e in group.exceptions:
-        out.extend(leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
-    return out
-
-
 def format_duration(seconds: float) -> str:
     """``1h02m``, ``1m40s`` or ``45s``."""
     s = max(0, int(round(seconds)))

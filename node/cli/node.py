@@ -14,8 +14,7 @@ from pathlib import Path
 
 import trio
 
-from ..errors import NodeError
-from .common import leaves
+from ..errors import NodeError, leaves
 
 EXIT_NOT_RUNNING = 3
 

@@ -56,9 +56,9 @@ import trio
 
 from protocol.settings import JOB_SETTINGS
 
-from ..errors import NodeError
+from ..errors import NodeError, leaves
 from ..roles.chain import chain_failures
-from .common import EXIT_INTERRUPTED, format_duration, leaves
+from .common import EXIT_INTERRUPTED, format_duration
 
 PROGRESS_EVERY = 20.0  # seconds between two countdown lines when stdout is not a terminal
 CHAIN_TIME_EVERY = 10.0  # seconds between two readings of the chain's clock

@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
+from ..errors import describe_failure
 from .launcher import (
     PEER_RECORD_OFF, Network, RunRecords, bootstrap_links, init_node_dir, node_settings, rss_bytes,
 )
@@ -155,8 +156,8 @@ class InProcessNetwork(Network):
                         self.on_progress(self)
                         sub.result = await client.wait(sub.job_id)
                     except Exception as error:  # a job that fails is reported, the run goes on
-                        log.warning("job %d: %s", sub.index, error)
-                        sub.error = f"{type(error).__name__}: {error}"
+                        sub.error = describe_failure(error)
+                        log.warning("job %d: %s", sub.index, sub.error)
                     sub.done_at = self.now()
                     self.on_progress(self)
 
