@@ -103,6 +103,7 @@ class Settlement:
         self.account = to_checksum_address(account if account is not None else chain.accounts[0])
         self.abi = _contract_abi()
         self.gas_limits = dict(GAS_LIMITS)
+        self._settings: dict[str, int] = {}
 
     # ------------------------------------------------------------ deployment
 
@@ -250,8 +251,14 @@ class Settlement:
         return self.chain.balance(self.address)
 
     def setting(self, name: str) -> int:
-        """An immutable or constant: UNBONDING_DELAY, MIN_STAKE, WINNER_SHARE_BPS, MAX_PROVIDERS, ..."""
-        return self._call(name)[0]
+        """An immutable or constant: UNBONDING_DELAY, MIN_STAKE, WINNER_SHARE_BPS, MAX_PROVIDERS, ...
+
+        Read once per binding: the code at an address does not change, and nodes read the
+        margin and the like on every poll (each read is an EVM call; on the embedded chain a
+        testnet's polls of them took most of its EVM time). A restarted chain gets a new binding."""
+        if name not in self._settings:
+            self._settings[name] = self._call(name)[0]
+        return self._settings[name]
 
     def events(self, from_block: int = 0, to_block: int | None = None) -> list[LoggedEvent]:
         """Every event of this contract in the block range, in chain order."""

@@ -35,6 +35,17 @@ def test_deploy_records_its_settings(world):
     assert s.balance() == 0
 
 
+def test_a_setting_is_read_from_the_chain_once_per_binding(world, monkeypatch):
+    s = Settlement(world.chain, world.settlement.address, world.settlement.account)
+    calls = []
+    call = world.chain.call
+    monkeypatch.setattr(world.chain, "call", lambda *a, **k: calls.append(a) or call(*a, **k))
+    assert [s.setting("MIN_STAKE") for _ in range(3)] == [MIN_STAKE] * 3
+    assert len(calls) == 1  # nodes read such constants on every poll: each read is an EVM call
+    fresh = Settlement(world.chain, s.address, s.account)  # a new binding (a restarted chain) reads afresh
+    assert fresh.setting("MIN_STAKE") == MIN_STAKE and len(calls) == 2
+
+
 def test_deploy_refuses_a_winner_share_above_everything(world):
     with reverts("SettlementInvalidShare", winnerShareBps=10_001):
         Settlement.deploy(world.chain, winner_share_bps=10_001)
