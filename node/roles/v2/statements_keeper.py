@@ -41,7 +41,11 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "statements.json"
 ZERO = bytes(32)
-REPUBLISH = 5.0  # seconds: a statement is shared again while its job runs (gossip meshes form late)
+# Seconds between two shares of the statements a node took in first-hand, while their job runs (gossip
+# meshes form late; gossip can lose one); a node's `regossip_interval` when it runs one. What gossip
+# brought is not shared again: its sharer repeats it. (Every node re-sharing everything it held every 5 s
+# was the v2 testnet's gossip storm: 28 nodes, ~100 statements, the one event loop saturated.)
+REPUBLISH = 10.0
 
 Slot = tuple[bytes, str, int, int]  # (job, seat, kind, index)
 
@@ -80,11 +84,13 @@ class StatementsKeeper:
     in ``data_dir`` (None: in memory only)."""
 
     def __init__(self, chain: Any, domain: StatementDomain, *, data_dir: Any = None,
-                 publish: Callable[[SignedStatement], Any] | None = None) -> None:
+                 publish: Callable[[SignedStatement], Any] | None = None, share_every: float = REPUBLISH) -> None:
         self.chain = chain  # node.roles.chain.ChainBinding
         self.domain = domain
         self.publish = publish
+        self.share_every = share_every
         self.held: dict[Slot, dict[bytes, SignedStatement]] = {}  # slot -> value -> its signed statement
+        self.first_hand: set[tuple[Slot, bytes]] = set()  # (slot, value) a sampler of ours handed us: we re-share it
         self.slashed: list[tuple[str, Slot]] = []  # ("equivocation" | "contradiction", slot) sent by us, in order
         self._checking = trio.Lock()  # one check at a time: a second finds the seat forfeited, sends nothing
         self.settled: set[bytes] = set()  # jobs settled while we ran: what others still share of them is dropped
@@ -101,6 +107,7 @@ class StatementsKeeper:
         for record in state["statements"]:
             signed = _from_record(record)
             self.held.setdefault(signed.statement.slot, {})[signed.statement.value] = signed
+            self.first_hand.add((signed.statement.slot, signed.statement.value))  # unknown after a restart: shared
 
     async def _save(self) -> None:
         await self.state.save(lambda: {"statements": [_to_record(signed) for values in self.held.values()
@@ -121,6 +128,8 @@ class StatementsKeeper:
             await trio.lowlevel.checkpoint()
             return False
         self.held.setdefault(statement.slot, {})[statement.value] = signed
+        if share:
+            self.first_hand.add((statement.slot, statement.value))
         await self._save()  # evidence first: a crash after sharing must not lose it
         log.info("statements: kept seat %s's statement (job %s, kind %d, index %d)", statement.seat,
                  statement.job_id.hex()[:12], statement.kind, statement.index)
@@ -135,14 +144,16 @@ class StatementsKeeper:
         await self.add(statement_from_wire(unpack(message.data, peer=message.origin), message.origin), share=False)
 
     async def republish(self) -> None:
-        """Share every statement held, again (a sampler that joined the mesh late still meets it)."""
+        """Share again, every `share_every` seconds, the statements held that we took in first-hand (a
+        sampler that joined the mesh late still meets them); gossip's are their sharers' to repeat."""
         if self.publish is None:
             return
         while True:
-            await trio.sleep(REPUBLISH)
-            for values in list(self.held.values()):
-                for signed in list(values.values()):
-                    await self.publish(signed)
+            await trio.sleep(self.share_every)
+            for slot, values in list(self.held.items()):
+                for value, signed in list(values.items()):
+                    if (slot, value) in self.first_hand:
+                        await self.publish(signed)
 
     # -- what the chain says ----------------------------------------------------------------
 
@@ -158,6 +169,7 @@ class StatementsKeeper:
         self.settled.add(job_id)
         if any(slot[0] == job_id for slot in self.held):
             self.held = {slot: v for slot, v in self.held.items() if slot[0] != job_id}
+            self.first_hand = {(slot, value) for slot, value in self.first_hand if slot[0] != job_id}
             await self._save()
         await trio.lowlevel.checkpoint()
 
@@ -229,7 +241,8 @@ async def start_statements_keeper(ctx: Any) -> StatementsKeeper:
             await ctx.publish(TOPIC_STATEMENTS, statement_to_wire(signed))
 
         keeper = _started[ctx] = StatementsKeeper(ctx.chain, statement_domain(ctx.chain),
-                                                  data_dir=ctx.config.data_dir, publish=publish)
+                                                  data_dir=ctx.config.data_dir, publish=publish,
+                                                  share_every=ctx.config.regossip_interval)
         keeper.subscribe(ctx.follower)
         await ctx.on_gossip(TOPIC_STATEMENTS, keeper.on_gossip)
         ctx.start_soon(keeper.republish, name="statements keeper: share")

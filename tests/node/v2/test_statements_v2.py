@@ -13,6 +13,7 @@ import os
 
 import pytest
 import trio
+import trio.testing
 from eth_account import Account
 from eth_utils import keccak
 
@@ -150,3 +151,34 @@ def test_a_steps_answer_not_signed_by_the_seat_is_refused_by_name(tmp_path):
         told_steps_of_answer({"steps": other_list, "signature": honest.signature}, jid, seat, 0, domain, None)
     keeper = StatementsKeeper(binding, domain)
     assert not trio.run(keeper.add, SignedStatement(honest.statement, forged)) and not keeper.held
+
+
+def test_a_keeper_shares_again_only_the_statements_it_took_in_first_hand():
+    """A sampler's keeper repeats what its sampler was told; what gossip brought is its sharer's to repeat
+    (every node re-sharing all it held every few seconds flooded the v2 testnet's one event loop)."""
+    binding = open_binding_sync(Settings(settlement="2"), b"statements v2 sharer")
+    binding.ensure_funds_sync(10**18)  # the embedded EVM refuses even a read from an account that cannot pay gas
+    domain = statement_domain(binding)
+    seat_key = account_key(b"a seat")
+    seat = Account.from_key(seat_key).address
+    jid = os.urandom(32)
+    told, gossiped = (sign_statement(steps_statement(jid, seat, c, [os.urandom(32) for _ in range(3)]), seat_key, domain)
+                      for c in (0, 1))
+    shared: list[int] = []
+
+    async def publish(signed: SignedStatement) -> None:
+        shared.append(signed.statement.index)
+
+    keeper = StatementsKeeper(binding, domain, publish=publish, share_every=10.0)
+
+    async def main() -> None:
+        assert await keeper.add(told)  # handed by our sampler: shared at once
+        assert await keeper.add(gossiped, share=False)  # brought by gossip: kept, not shared
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(keeper.republish)
+            await trio.sleep(25)  # two periods
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert shared == [0, 0, 0]
+    assert set(keeper.held) == {told.statement.slot, gossiped.statement.slot}  # both kept as evidence
