@@ -132,7 +132,7 @@ class InProcessNetwork(Network):
                 nursery.start_soon(self.watch_loop_lag)
                 for i, plan_node in enumerate(self.plan.nodes):
                     bootstrap = [nodes[self.plan.nodes[j].name].host.listen_addrs[0] for j in links[i]]
-                    values = node_settings(plan_node, self.options, chain=chain_setting,
+                    values = node_settings(plan_node, self.plan, self.running_at_once(), chain=chain_setting,
                                            listen="/ip4/127.0.0.1/tcp/0", bootstrap=bootstrap, log_file="",
                                            shared_loop_nodes=self.shared_loop_nodes, contract=self.contract)
                     config = init_node_dir(self.node_dir(plan_node.name), plan_node.seed, values)

@@ -108,31 +108,31 @@ def peer_id_of(seed: bytes) -> str:
     return peer_id_text(bytes(SigningKey(seed).verify_key))
 
 
-def advert_interval(options: TestnetOptions) -> float:
-    """Seconds between two adverts of one provider: ADVERT_INTERVAL, or longer in a large network."""
-    return max(ADVERT_INTERVAL, options.nodes * _everyone(options) / GOSSIP_DELIVERIES)
+def advert_interval(plan: TestnetPlan) -> float:
+    """Seconds between two adverts of one provider: ADVERT_INTERVAL, or longer in a large network. Counted
+    on the plan's nodes (a settlement-2 plan has a provider per strategy, whatever --nodes says)."""
+    return max(ADVERT_INTERVAL, len(plan.of_role(PROVIDER)) * len(plan.nodes) / GOSSIP_DELIVERIES)
 
 
-def regossip_interval(options: TestnetOptions) -> float:
-    """Seconds between two repeats of a job's announcement (its client) or of a commitment notice (each
-    provider of the job): REGOSSIP_INTERVAL, or longer when many jobs run at once in a large network."""
-    running = min(options.jobs, options.max_running or options.jobs)
-    return max(REGOSSIP_INTERVAL, running * (1 + options.replicas) * _everyone(options) / GOSSIP_DELIVERIES)
+def regossip_interval(plan: TestnetPlan, running: int) -> float:
+    """Seconds between two repeats of a job's announcement (its client), of a commitment notice (each
+    provider of the job) or of a sampler's seat statements: REGOSSIP_INTERVAL, or longer when many of
+    the ``running`` jobs run at once in a large network."""
+    seats = max((len(job.providers) for job in plan.jobs), default=plan.options.replicas)
+    return max(REGOSSIP_INTERVAL, running * (1 + seats) * len(plan.nodes) / GOSSIP_DELIVERIES)
 
 
-def _everyone(options: TestnetOptions) -> int:
-    return options.nodes + options.auditors + options.clients
-
-
-def node_settings(node: NodePlan, options: TestnetOptions, *, chain: str, listen: str,
+def node_settings(node: NodePlan, plan: TestnetPlan, running: int, *, chain: str, listen: str,
                   bootstrap: list[str], log_file: str, shared_loop_nodes: int = 0,
                   contract: str | None = None) -> dict[str, Any]:
-    """A node's settings; ``shared_loop_nodes``: how many nodes share its event loop (in-process);
-    ``contract``: the run's own deployment (else the chain's canonical one)."""
+    """A node's settings in ``plan``, whose jobs run ``running`` at once; ``shared_loop_nodes``: how many
+    nodes share its event loop (in-process); ``contract``: the run's own deployment (else the chain's
+    canonical one)."""
+    options = plan.options
     values: dict[str, Any] = {
         "roles": [node.role], "chain": chain, "listen": listen, "bootstrap": bootstrap, "stake": options.stake,
-        "capacity": options.capacity, "advert_interval": advert_interval(options),
-        "regossip_interval": regossip_interval(options), "metrics_listen": "",
+        "capacity": options.capacity, "advert_interval": advert_interval(plan),
+        "regossip_interval": regossip_interval(plan, running), "metrics_listen": "",
         "log_file": log_file, "device": "cpu", "gossip_heartbeat": GOSSIP_HEARTBEAT,
         "gossip_degree": GOSSIP_DEGREE, "settlement": options.settlement,
     }
@@ -256,6 +256,10 @@ class Network:
                              commit_within=o.commit_within, challenge_within=o.challenge_within,
                              move_timeout=move_timeout, clock=clock, provider_addrs=provider_addrs,
                              step_cost_scale=self.step_cost_scale)
+
+    def running_at_once(self) -> int:
+        """Jobs under way at once: --max-running's, or `default_running`, never more than the jobs."""
+        return max(1, min(len(self.plan.jobs), self.options.max_running or self.default_running()))
 
     def default_running(self) -> int:
         """Jobs under way at once unless --max-running says: all of them, or on settlement 2 as many as
@@ -543,7 +547,7 @@ class Network:
         self.phase = "running jobs"
         self.timings["jobs_started_at"] = self.now()
         stagger = min(1.0, self.options.accept_within / max(4, len(self.plan.jobs)))
-        limit = self.options.max_running or self.default_running()
+        limit = self.running_at_once()
         self._start_lead = None
         await self.chain_clock_gain()  # sets the lead the jobs start with
         # A chain ahead of the wall clock stands still while nothing is sent, so every window

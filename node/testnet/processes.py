@@ -149,7 +149,7 @@ class ProcessNetwork(Network):
         env = child_env()
         await trio.to_thread.run_sync(self.fund_accounts)
         for i, (node, port) in enumerate(zip(staked, ports)):
-            values = node_settings(node, self.options, chain=url, listen=f"/ip4/127.0.0.1/tcp/{port}",
+            values = node_settings(node, self.plan, self.running_at_once(), chain=url, listen=f"/ip4/127.0.0.1/tcp/{port}",
                                    bootstrap=[addresses[staked[j].name] for j in links[i]], log_file="node.log")
             init_node_dir(self.node_dir(node.name), node.seed, values)
         # A client listens on a port of its own, so that a client node restarted in its place (chaos)

@@ -60,19 +60,35 @@ def test_impossible_options_are_refused(bad):
         TestnetOptions(nodes=6, **bad)
 
 
-def test_repeated_gossip_thins_out_as_the_network_grows():
+def test_repeated_gossip_thins_out_as_the_network_grows(tmp_path):
     from node.testnet.launcher import (GOSSIP_DELIVERIES, ADVERT_INTERVAL, REGOSSIP_INTERVAL, advert_interval,
                                        regossip_interval)
 
     small = TestnetOptions()  # the default testnet keeps the base advert interval and repeats its gossip twice
-    assert advert_interval(small) == ADVERT_INTERVAL
-    assert REGOSSIP_INTERVAL <= regossip_interval(small) <= small.challenge_within / 2
+    plan = make_plan(small, tmp_path / "small")
+    assert advert_interval(plan) == ADVERT_INTERVAL
+    assert REGOSSIP_INTERVAL <= regossip_interval(plan, small.jobs) <= small.challenge_within / 2
     for providers in (45, 190):
         options = TestnetOptions(nodes=providers, cheaters=1, auditors=5, clients=5, jobs=20, replicas=2)
+        plan = make_plan(options, tmp_path / f"{providers}")
         everyone = providers + 10
         # every message reaches every node: deliveries per second stay at the budget
-        assert providers / advert_interval(options) * everyone == pytest.approx(GOSSIP_DELIVERIES)
+        assert providers / advert_interval(plan) * everyone == pytest.approx(GOSSIP_DELIVERIES)
         # each running job repeats its announcement and one commitment notice per provider
-        assert 20 * 3 / regossip_interval(options) * everyone == pytest.approx(GOSSIP_DELIVERIES)
-        limited = TestnetOptions(nodes=providers, cheaters=1, auditors=5, clients=5, jobs=20, replicas=2, max_running=4)
-        assert regossip_interval(limited) == pytest.approx(regossip_interval(options) / 5)
+        assert 20 * 3 / regossip_interval(plan, 20) * everyone == pytest.approx(GOSSIP_DELIVERIES)
+        assert regossip_interval(plan, 4) == pytest.approx(regossip_interval(plan, 20) / 5)
+
+
+def test_a_settlement_2_plan_counts_its_own_nodes_for_gossip(tmp_path):
+    """A settlement-2 testnet plans a provider per strategy whatever --nodes says: its gossip is paced on
+    the nodes it runs (on --nodes' 6 its 17 providers advertised every 5 s, and with every seat
+    statement re-shared by every node the one event loop of 28 nodes saturated)."""
+    from node.testnet.launcher import GOSSIP_DELIVERIES, advert_interval, regossip_interval
+
+    options = TestnetOptions(settlement="2")
+    plan = make_plan(options, tmp_path)
+    providers, everyone = len(plan.of_role(PROVIDER)), len(plan.nodes)
+    assert providers > options.nodes
+    assert providers / advert_interval(plan) * everyone == pytest.approx(GOSSIP_DELIVERIES)
+    seats = max(len(job.providers) for job in plan.jobs)
+    assert 4 * (1 + seats) / regossip_interval(plan, 4) * everyone == pytest.approx(GOSSIP_DELIVERIES)
