@@ -9,18 +9,28 @@ queue, and a topic's handler runs one message at a time.
 
 The host builds one ``Gossip`` over its libp2p host, runs its services with
 ``async with gossip.services():`` and attaches the nursery that runs the topics' tasks.
+
+Every RPC py-libp2p's pubsub sends carries the sender's signed peer record, and every one received
+is parsed and its Ed25519 signature checked again, though a peer's record changes only with its
+addresses: a tenth of a busy in-process testnet's event loop. `_remember_peer_records` lets a record
+already accepted from that peer pass unchecked for RECORD_RECHECK seconds.
 """
 from __future__ import annotations
 
 import logging
+import time
+import weakref
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import trio
+import libp2p.pubsub.gossipsub as libp2p_gossipsub
+import libp2p.pubsub.pubsub as libp2p_pubsub
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID as GOSSIP_V10, PROTOCOL_ID_V11 as GOSSIP_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.utils import maybe_consume_signed_record
 from libp2p.tools.anyio_service import background_trio_service
 
 from .errors import LocalError
@@ -32,6 +42,38 @@ log = logging.getLogger(__name__)
 # The largest gossip item we publish or accept: gossip carries hashes, roots and
 # signatures; tensors go over streams (GossipSub drops > 1 MiB without a word).
 MAX_GOSSIP_BYTES = 64 * 1024
+RECORD_RECHECK = 600.0  # seconds an accepted signed peer record passes unchecked (its peerstore TTL is 2 h)
+RECORDS_KEPT = 4096  # accepted records remembered per host; beyond, the memory starts afresh
+
+
+def _remember_peer_records(check: Callable[..., bool]) -> Callable[..., bool]:
+    """``check`` (libp2p's `maybe_consume_signed_record`), run once per (peer, record bytes) and host in
+    RECORD_RECHECK seconds: a record it accepted, sent again unchanged, is accepted again unchecked.
+    A record it refused, or any other bytes, is checked."""
+    accepted: "weakref.WeakKeyDictionary[Any, dict[tuple[bytes, bytes], float]]" = weakref.WeakKeyDictionary()
+
+    def consume(msg: Any, host: Any, peer_id: ID) -> bool:
+        if not msg.HasField("senderRecord"):
+            return check(msg, host, peer_id)
+        seen = accepted.setdefault(host, {})
+        key, now = (peer_id.to_bytes(), bytes(msg.senderRecord)), time.monotonic()
+        if now - seen.get(key, -RECORD_RECHECK) < RECORD_RECHECK:
+            return True
+        ok = check(msg, host, peer_id)
+        if ok:
+            if len(seen) >= RECORDS_KEPT:
+                seen.clear()
+            seen[key] = now
+        return ok
+
+    consume.remembers = True  # type: ignore[attr-defined]
+    return consume
+
+
+if not getattr(libp2p_pubsub.maybe_consume_signed_record, "remembers", False):
+    # Both modules imported the function by name; one remembering wrapper serves both.
+    libp2p_pubsub.maybe_consume_signed_record = libp2p_gossipsub.maybe_consume_signed_record = \
+        _remember_peer_records(maybe_consume_signed_record)
 
 
 @dataclass(frozen=True)

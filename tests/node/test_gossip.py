@@ -78,3 +78,28 @@ async def test_oversized_gossip_item_is_refused_locally():
         await host.gossip.subscribe(TOPIC, lambda m: trio.sleep(0))
         with pytest.raises(LocalError, match="already"):
             await host.gossip.subscribe(TOPIC, lambda m: trio.sleep(0))
+
+
+@trio_test()
+async def test_a_peer_record_sent_again_unchanged_is_not_checked_again(monkeypatch):
+    """py-libp2p puts the sender's signed peer record in every pubsub RPC and checks it on every one
+    received; a record accepted from a peer passes unchecked when it comes again unchanged."""
+    import libp2p.pubsub.pubsub as libp2p_pubsub
+    import libp2p.pubsub.utils as record_utils
+    from libp2p.peer.peerstore import env_to_send_in_RPC
+    from libp2p.pubsub.pb.rpc_pb2 import RPC
+
+    checked = []
+    consume_envelope = record_utils.consume_envelope
+    monkeypatch.setattr(record_utils, "consume_envelope", lambda *a: checked.append(a) or consume_envelope(*a))
+    consume = libp2p_pubsub.maybe_consume_signed_record  # what pubsub and gossipsub call, as they do
+    async with running_hosts(2) as (a, b):
+        record, _ = env_to_send_in_RPC(a.libp2p)
+        rpc = RPC(senderRecord=record)
+        assert consume(rpc, b.libp2p, a.peer_id) and consume(rpc, b.libp2p, a.peer_id)
+        assert len(checked) == 1
+        assert not consume(rpc, b.libp2p, b.peer_id)  # a's record sent as b's: checked, refused
+        forged = RPC(senderRecord=record[:-1] + bytes([record[-1] ^ 1]))  # the signature's last byte
+        assert not consume(forged, b.libp2p, a.peer_id) and not consume(forged, b.libp2p, a.peer_id)
+        assert len(checked) == 4  # refused records are checked every time
+        assert consume(RPC(), b.libp2p, a.peer_id)  # an RPC without a record
