@@ -9,7 +9,7 @@ on two cores. The report goes to ``DIR/report.json`` and ``DIR/report.html``.
 
 ``--settlement 2`` plays settlement version 2 (docs/economics.md): one provider per strategy
 of `node.roles.v2.adversaries` (``--strategies``, all by default) beside honest ones, one of
-them slow (σ·1.8 a step), two seats a job; the report gives each party's net money from the
+them slow (σ·1.6 a step), two seats a job; the report gives each party's net money from the
 contract and why each cheat was caught or not, and the run holds only when no honest party
 lost money and every cheater's net is negative (in-process only for now).
 

@@ -15,7 +15,7 @@ a client left to itself would offer every job to the same cheapest providers.
 
 On settlement version 2 (``settlement="2"``, `make_plan_v2`) the cheaters are one node per
 strategy of `node.roles.v2.adversaries` (all of them by default): a provider per provider
-strategy, beside at least two honest providers, the first of them ``slow`` (σ·1.8 a step),
+strategy, beside at least two honest providers, the first of them ``slow`` (σ·1.6 a step),
 a client per referee strategy and an auditor per challenger strategy, beside at least three
 honest auditors; every job has two seats, a cheater's and an honest one's in turn, so each
 strategy meets an honest seat it cannot copy, and a cheating client's job two honest ones.

@@ -14,8 +14,8 @@ defender read). The honest adversary answers as an honest seat does.
   late-reveal      a computational cheat (`LATE_REVEAL_CHEAT`) revealed as late as the window
                    allows, to shorten its audits (it cannot: each seat's challenge window runs
                    from its own reveal)
-  slow             honest, on a slow device: its training takes σ·1.8 a step (within the s·σ
-                   = 2σ the windows allow)
+  slow             honest, on a slow device: its training takes σ·1.6 a step, the slowest the
+                   provider's acceptance check (σ·s·0.8) lets take a seat (the windows allow s·σ = 2σ)
   copy-root        trains nothing: commits another seat's commitment as soon as it is on chain and,
                    once that seat revealed, reveals its trace and salt as its own (refused: a
                    commitment binds the account that made it), so it forfeits NoReveal
@@ -48,7 +48,11 @@ import trio
 
 LATE_REVEAL_CHEAT = "perturb-weight"  # what a late revealer hides: a wrong trace
 LATE_BY = 3  # seconds before revealBy a late revealer sends its reveal: one block and some slack
-SLOW_PACE = 1.8  # a slow honest provider's training time, in declared step costs σ per step
+# A slow honest provider's training time, in declared step costs σ per step: the slowest a provider may
+# measure and still take the job (`protocol.economics.accepts_step_cost`, σ·s·0.8). At 1.8 (a provider
+# the check would have turned away) it left 0.2·T·σ + Δ of W_train for the bundle's fetch and the commit,
+# and the loaded full v2 testnet's slow provider overran it (forfeited NO_COMMIT).
+SLOW_PACE = 1.6
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """Slow honest recomputation against a precomputing challenger (economics §8.4, §12): the honest seat's
-hardware takes σ·1.8 a step (the slow provider of node/roles/v2/adversaries.py, within the s·σ = 2σ the
+hardware takes SLOW_PACE·σ = 1.6σ a step (the slow provider of node/roles/v2/adversaries.py, within the s·σ = 2σ the
 windows allow); the challenger X computed the honest lists beforehand and moves the moment each list is
 on chain: it opens the game, picks a step and a node of an honest root at once. Every defender deadline
 runs from the pick that forced it for the work it forces (E_list for a steps list, which the seat
 answers from the step hashes it recorded while training; s·k·σ + 2Δ for a node list; E_xfer(Y) for the
 evidence), so the slow seat answers each in time, the client rules it right, and X's bonds go to the
 seats. Time on the slow device is chain time: each step the seat recomputes moves the embedded chain's
-clock 1.8·σ (σ = 500 s, so the work, not the margin Δ = 30 s, decides whether a deadline holds). With two
+clock 1.6·σ (σ = 500 s, so the work, not the margin Δ = 30 s, decides whether a deadline holds). With two
 games on the root and both node picks made at once, the evidence comes from the node values the seat kept
 for each step it answered: evidenceBy allows no recompute.
 
@@ -94,7 +94,7 @@ async def test_a_slow_honest_seat_answers_a_precomputing_challenger_in_time_and_
     await roles.play()  # a lookup: no step recomputed
     assert device.recomputed == 0
     step = w.as_(challenger).pick_step(game.game_id, list_root(steps), j).one(ClaimPicked)
-    await roles.play()  # the interval recomputed at 1.8σ a step, within s·k·σ + 2Δ of the pick
+    await roles.play()  # the interval recomputed at 1.6σ a step, within s·k·σ + 2Δ of the pick
     assert device.recomputed == honest.schedule.every
     node_claim = w.as_(challenger).pick_node(step.claim_id, list_root(nodes), node).one(ClaimPicked)
     await roles.play()  # evidence from the interval just recomputed; the client rules
@@ -126,7 +126,7 @@ async def test_a_slow_honest_seat_answers_two_games_node_picks_made_at_once_with
     """Two games on one root (intervals 0 and 1, one challenger each), each picked to a step, then both
     node picks at once: the evidence for each is built from the node values the seat kept when it posted
     that step's node list. Recomputing would be too late: the seat's oracle holds the interval it
-    recomputed last, and one interval takes k·1.8σ of chain time, far past evidenceBy = E_xfer(Y)."""
+    recomputed last, and one interval takes k·1.6σ of chain time, far past evidenceBy = E_xfer(Y)."""
     w = cast_v2
     honest, _, node = runs
     seat = w.providers[0]
