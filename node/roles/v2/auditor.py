@@ -7,11 +7,7 @@ against the spec its `JobOpened` carries; nothing is gossiped. For a
 fraction `audit_jobs` of the jobs (drawn once per job), per revealed root (once per job and root,
 whichever seat revealed it first):
 
-  sample   m = sample_size(audit_rate, C) of the C intervals, drawn at random and replayed in the
-           drawn order (`audit_order`): the auditors of one root spread over its intervals, and
-           the first to meet a wrong one opens its game (in one fixed order, six auditors all
-           replayed the same early intervals and met a late one's cheat after its window); where
-           several intervals are wrong two auditors may open games on two of them, both won
+  sample   m = sample_size(audit_rate, C) of the C intervals, drawn at random
   replay   checkpoint c fetched from the seat (checked against trace[c] by the data service),
            interval c recomputed with the job's own program from it (`ReplayOracle`)
   told     each seat's signed steps list of interval c asked for too (`told_steps`): of the seat
@@ -82,12 +78,6 @@ STATE_FILE = "auditor.json"
 CheckpointSource = Callable[[bytes, str, int], Awaitable[Any]]  # (job, seat, c) -> checkpoint c's state, checked
 # (job, seat, c, our replay's steps list) -> None: the seat's signed steps list asked for and kept
 ToldStepsSource = Callable[[bytes, str, int, list], Awaitable[None]]
-
-
-def audit_order(rng: random.Random, rate: float, intervals: int) -> list[int]:
-    """The intervals an audit replays, in the order it replays them: sample_size(rate, intervals) of
-    them, drawn at random, in the drawn order (each auditor its own)."""
-    return rng.sample(range(intervals), sample_size(rate, intervals))
 
 
 class ReplayOracle(TrainingOracle):
@@ -387,7 +377,7 @@ class Auditor:
             log.warning("auditor: job %s: %s's revealed trace is not its root's list", e.job_id.hex()[:12], e.seat)
             return {}
         intervals = len(trace) - 1
-        sampled = audit_order(self.rng, self.rate, intervals)
+        sampled = sorted(self.rng.sample(range(intervals), sample_size(self.rate, intervals)))
         results = self.results.setdefault((e.job_id, e.trace_root), {})
         for c in sampled:
             if (e.job_id, e.trace_root) not in self.audits:  # the job settled meanwhile: nothing left to audit
