@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -26,23 +25,6 @@ from .chaos_inprocess import KINDS
 from .report import Submission
 
 log = logging.getLogger(__name__)
-
-# Every node of an in-process network shares this process's GIL with its worker threads (embedded
-# EVM calls, training, replays): after each socket call the event loop waited up to the switch
-# interval (5 ms by default) to take the GIL back. A busy 28-node run spent 30% of the loop's samples
-# in socket calls, and half as many stream openings timed out at 0.5 ms.
-IN_PROCESS_SWITCH_INTERVAL = 0.0005  # seconds
-
-
-@contextlib.contextmanager
-def gil_switch_interval(seconds: float):
-    """The interpreter's thread switch interval set to ``seconds`` inside the block, restored after."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 # Seconds a settlement-2 job may take from submission to settlement on the chain's own clock: its
 # windows (training, reveal, a whole replay, a demand, a game) derive from σ and the chain's margin.
@@ -136,7 +118,6 @@ class InProcessNetwork(Network):
             anvil = AnvilProcess().start()
             chain_setting = anvil.url
         paced = contextlib.ExitStack()
-        paced.enter_context(gil_switch_interval(IN_PROCESS_SWITCH_INTERVAL))
         if anvil is None:  # the nodes' bursts of transactions must not run the chain's clock ahead of theirs
             from ..roles.chain import embedded_chain_paced
 
