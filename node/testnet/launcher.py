@@ -111,7 +111,7 @@ def peer_id_of(seed: bytes) -> str:
 def advert_interval(plan: TestnetPlan) -> float:
     """Seconds between two adverts of one provider: ADVERT_INTERVAL, or longer in a large network. Counted
     on the plan's nodes (a settlement-2 plan has a provider per strategy, whatever --nodes says)."""
-    return max(ADVERT_INTERVAL, len(plan.of_role(PROVIDER)) * len(plan.nodes) / GOSSIP_DELIVERIES)
+    return max(ADVERT_INTERVAL, len(plan.of_role(PROVIDER)) * _everyone(plan) / GOSSIP_DELIVERIES)
 
 
 def regossip_interval(plan: TestnetPlan, running: int) -> float:
@@ -119,7 +119,13 @@ def regossip_interval(plan: TestnetPlan, running: int) -> float:
     provider of the job) or of a sampler's seat statements: REGOSSIP_INTERVAL, or longer when many of
     the ``running`` jobs run at once in a large network."""
     seats = max((len(job.providers) for job in plan.jobs), default=plan.options.replicas)
-    return max(REGOSSIP_INTERVAL, running * (1 + seats) * len(plan.nodes) / GOSSIP_DELIVERIES)
+    return max(REGOSSIP_INTERVAL, running * (1 + seats) * _everyone(plan) / GOSSIP_DELIVERIES)
+
+
+def _everyone(plan: TestnetPlan) -> int:
+    """The nodes gossip reaches: the plan's, and the clients a --processes run leaves out of it (it
+    starts them as processes of their own)."""
+    return len(plan.nodes) + (0 if plan.of_role(CLIENT) else plan.options.clients)
 
 
 def node_settings(node: NodePlan, plan: TestnetPlan, running: int, *, chain: str, listen: str,

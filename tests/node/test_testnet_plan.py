@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.testnet.plan import AUDITOR, CLIENT, PROVIDER, TestnetOptions, cheat_strategies, make_plan
+from node.testnet.plan import AUDITOR, CLIENT, PROVIDER, TestnetOptions, TestnetPlan, cheat_strategies, make_plan
 from repops_cupy.jobspec import load_job
 
 
@@ -77,6 +77,10 @@ def test_repeated_gossip_thins_out_as_the_network_grows(tmp_path):
         # each running job repeats its announcement and one commitment notice per provider
         assert 20 * 3 / regossip_interval(plan, 20) * everyone == pytest.approx(GOSSIP_DELIVERIES)
         assert regossip_interval(plan, 4) == pytest.approx(regossip_interval(plan, 20) / 5)
+        # a --processes run leaves its clients out of the plan (they run as processes of their own)
+        staked = TestnetPlan(options, tuple(n for n in plan.nodes if n.role != CLIENT), plan.jobs)
+        assert (advert_interval(staked), regossip_interval(staked, 20)) == (advert_interval(plan),
+                                                                            regossip_interval(plan, 20))
 
 
 def test_a_settlement_2_plan_counts_its_own_nodes_for_gossip(tmp_path):
