@@ -20,8 +20,8 @@ def leaves(group: BaseExceptionGroup) -> list[BaseException]:
 def describe_failure(error: BaseException) -> str:
     """An error in one line, ``Type: message``; an exception group says its leaves' (a task's
     error inside a nursery is wrapped in one, which says only how many it holds)."""
-    errors = leaves(error) if isinstance(error, BaseExceptionGroup) else [error]
-    return "; ".join(f"{type(e).__name__}: {e}" for e in errors) or f"{type(error).__name__}: {error}"
+    errors = leaves(error) if isinstance(error, BaseExceptionGroup) else [error]  # a group is never empty
+    return "; ".join(f"{type(e).__name__}: {e}" for e in errors)
 
 
 class NodeError(Exception):

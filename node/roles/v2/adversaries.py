@@ -46,13 +46,15 @@ from typing import Any, Mapping
 
 import trio
 
+from protocol.economics import HARDWARE_SLACK
+
 LATE_REVEAL_CHEAT = "perturb-weight"  # what a late revealer hides: a wrong trace
 LATE_BY = 3  # seconds before revealBy a late revealer sends its reveal: one block and some slack
 # A slow honest provider's training time, in declared step costs σ per step: the slowest a provider may
 # measure and still take the job (`protocol.economics.accepts_step_cost`, σ·s·0.8). At 1.8 (a provider
 # the check would have turned away) it left 0.2·T·σ + Δ of W_train for the bundle's fetch and the commit,
 # and the loaded full v2 testnet's slow provider overran it (forfeited NO_COMMIT).
-SLOW_PACE = 1.6
+SLOW_PACE = 8 * HARDWARE_SLACK / 10  # accepts_step_cost's bound: 1.6
 
 
 @dataclass(frozen=True)
