@@ -99,7 +99,6 @@ class Keeper:
             except chain_failures() as error:
                 log.info("keeper: job %s: %s", job_id.hex()[:12], describe_chain_error(error))
         if settled:
-            self.settled += settled
             await withdraw_credit(ctx)
         self.passes += 1
         return settled
@@ -143,6 +142,8 @@ class Keeper:
             if (await chain.run(s.job, job_id)).status == JobStatus.DISPUTED:
                 return False
         await chain.run(s.settle, job_id)
+        # Said before the final status is stored: whoever sees it stored sees this too.
+        self.settled.append(job_id)
         after, final_at = await watch.read_final(chain, job_id)
         final = after.status
         if final_at is not None:

@@ -54,6 +54,13 @@ async def test_a_reorganisation_that_drops_a_settlement_is_said_once_and_the_kee
         async with trio.open_nursery() as nursery:
             node, rpc, opener, job_id = await node_and_unfilled_job(nursery, tmp_path, anvil.url)
             watch, keeper, storage = context_of(node).chain_watch, keeper_of(node), node.storage
+            settled_when_stored = []  # how many settlements the keeper had said as each final row was written
+            mark_final = storage.mark_final
+
+            def mark_final_seen(job, status, block):
+                settled_when_stored.append(keeper.settled.count(job))
+                mark_final(job, status, block)
+            monkeypatch.setattr(storage, "mark_final", mark_final_seen)
             opened_at = rpc.block_number()
             await wait_for(lambda: max(watch.blocks, default=0) >= opened_at, timeout=30)
             mark = rpc.snapshot()  # the branch the chain goes back to: the job open, acceptance not closed
@@ -72,6 +79,8 @@ async def test_a_reorganisation_that_drops_a_settlement_is_said_once_and_the_kee
             await wait_for(lambda: keeper.settled.count(job_id) == 2, timeout=90)
             assert opener.job(job_id).status == JobStatus.REFUNDED  # settled again, on the new branch
             await wait_for(lambda: storage.final_status(job_id) == "REFUNDED", timeout=30)
+            # A reader of the row written from another thread sees the settlement that led to it.
+            assert settled_when_stored == [1, 2]
             (line,) = [m for m in lines.lines if "reorganised" in m]
             (first, last), = watch.reorgs
             assert line == (f"the settlement chain reorganised: blocks {first}..{last} replaced; "
