@@ -183,6 +183,9 @@ class JobDataService:
         self.released: list[bytes] = []  # demands this node released, in order
         self.received: dict[bytes, Path] = {}  # demand id -> the item we demanded, checked (from seat or witness)
         self._steps_asked: dict[tuple[bytes, int], list[ID]] = {}  # (job, c) -> peers told its steps list, in order
+        # job -> held while its bundle is checked and installed: the auditor, a referee duty and a
+        # demand may fetch one job's bundle at once, and all install in the one `.checking` directory
+        self._installing: dict[bytes, trio.Lock] = {}
         ctx.host.handle_requests(DATA_PROTOCOL, self.serve, DATA_LIMITS)
         ctx.host.handle_requests(STEPS_PROTOCOL, self.serve_steps, STEPS_LIMITS)
 
@@ -421,9 +424,13 @@ class JobDataService:
         if spec is None:
             raise LocalError(f"job {job_id.hex()[:12]}: no JobOpened on chain")
         target = job_dir(self.ctx.config.data_dir, job_id)
-        if (target / JOB_FILE).exists():
-            await trio.lowlevel.checkpoint()
-            return target
+        async with self._installing.setdefault(job_id, trio.Lock()):
+            if (target / JOB_FILE).exists():
+                await trio.lowlevel.checkpoint()
+                return target
+            return await self._install_bundle(job_id, path, peer, spec, target)
+
+    async def _install_bundle(self, job_id: bytes, path: Path, peer: ID, spec: bytes, target: Path) -> Path:
         try:
             toml_text, files = decode_bundle(await trio.to_thread.run_sync(path.read_bytes))
         except BundleError as error:

@@ -4,6 +4,7 @@ the revealed trace's; a demand the node made is fetched, checked and released on
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from node.roles.context import context_of
 from node.roles.jobfiles import RUN_DIR, job_dir
 from node.roles.v2.trained import TrainedJob
 from node.roles.jobfiles import BundleError, encode_bundle, load_training
+from node.roles.v2 import data as data_module
 from node.roles.v2.data import install_checked
 from node.training_oracle import job_terms
 from protocol import DisputeRules, Identity
@@ -62,7 +64,7 @@ def write_run(directory, label: str, count: int) -> tuple[list[bytes], list[str]
 
 
 @trio_test(timeout=90)
-async def test_items_are_refused_before_the_reveal_served_after_checked_against_the_trace_and_released(tmp_path):
+async def test_items_are_refused_before_the_reveal_served_after_checked_against_the_trace_and_released(tmp_path, monkeypatch):
     async with trio.open_nursery() as nursery:
         seat_node = await start_node(nursery, tmp_path / "seat", ["provider"], settlement="2")
         auditor_node = await start_node(nursery, tmp_path / "auditor", ["auditor"], settlement="2",
@@ -92,12 +94,36 @@ async def test_items_are_refused_before_the_reveal_served_after_checked_against_
         with pytest.raises(RemoteError, match="nothing is served before the reveal"):
             await fetch(jid, seat.chain.account, 2)
 
+        installing, installs_at_once, release = [], [], threading.Event()
+
+        def install_held(*args):  # holds each install until the test's fetches are all under way
+            installing.append(args[0])
+            installs_at_once.append(len(installing))
+            release.wait(30)
+            try:
+                return install_checked(*args)
+            finally:
+                installing.pop()
+        monkeypatch.setattr(data_module, "install_checked", install_held)
         await seat.chain.run(s.reveal, jid, trace, salt)
         await auditor.follower.wait_caught_up()
         path = await fetch(jid, seat.chain.account, 2)  # checkpoint 1
         assert load_checkpoint(path)[2] == trace[1]
-        installed = await fetch(jid, seat.chain.account, 0)  # the bundle, checked against the spec
-        assert installed == job_dir(auditor_node.config.data_dir, jid) and (installed / "job.toml").read_text() == TINY_JOB
+        # The bundle, checked against the spec; fetched at once by several of the node's duties (its
+        # auditor role fetches it too), each installing in the job's one `.checking` directory.
+        installs = []
+
+        async def fetch_bundle():
+            installs.append(await fetch(jid, seat.chain.account, 0))
+        async with trio.open_nursery() as fetches:
+            for _ in range(3):
+                fetches.start_soon(fetch_bundle)
+            await trio.sleep(1.0)  # let every fetch reach its install (held until now)
+            release.set()
+        assert installs_at_once and max(installs_at_once) == 1  # one install at a time; the others found it done
+        for installed in installs:
+            assert installed == job_dir(auditor_node.config.data_dir, jid)
+            assert (installed / "job.toml").read_text() == TINY_JOB
 
         # The seat's file of checkpoint 2 is not what it revealed: the fetcher refuses it.
         wrong, _ = write_run(directory, "other", 1)
