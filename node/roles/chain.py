@@ -152,13 +152,14 @@ def _settlement_class(version: str) -> Any:
     return Settlement if version == "1" else SettlementV2
 
 
-def _deploy_dev(cls: Any, chain: Any, account: str | None = None) -> Any:
-    """A dev deployment of ``cls`` with the node rules every dev network agrees on."""
+def _deploy_dev(cls: Any, chain: Any, account: str | None = None, margin: int = DEV_MARGIN_V2) -> Any:
+    """A dev deployment of ``cls`` with the node rules every dev network agrees on; ``margin``: Δ
+    of a version-2 deployment."""
     from contracts.settlement_v2 import SettlementV2
 
-    margin = {"margin": DEV_MARGIN_V2} if issubclass(cls, SettlementV2) else {}
+    margin_setting = {"margin": margin} if issubclass(cls, SettlementV2) else {}
     return cls.deploy(chain, account=account, unbonding_delay=DEV_UNBONDING_DELAY, min_stake=DEV_MIN_STAKE,
-                      winner_share_bps=DEV_WINNER_SHARE_BPS, **margin)
+                      winner_share_bps=DEV_WINNER_SHARE_BPS, **margin_setting)
 
 
 # -- one chain object per process for the embedded EVM ------------------------------
@@ -371,13 +372,13 @@ def _deploy_canonical(chain: Any, version: str = "1") -> str:
     return address
 
 
-def fresh_embedded_contract(version: str) -> str:
+def fresh_embedded_contract(version: str, margin: int = DEV_MARGIN_V2) -> str:
     """A dev deployment of settlement ``version`` of its own on this process's embedded chain: its
     registry holds only the nodes that join it (the process-wide deployment keeps every earlier
-    network's nodes registered, and draws witnesses and referees among them)."""
+    network's nodes registered, and draws witnesses and referees among them); ``margin``: Δ."""
     shared = _embedded_chain()
     with shared.lock:
-        return _deploy_dev(_settlement_class(version), shared.chain).address
+        return _deploy_dev(_settlement_class(version), shared.chain, margin=margin).address
 
 
 def ensure_dev_contract(url: str, version: str = "1") -> str:

@@ -26,8 +26,9 @@ from .report import Submission
 
 log = logging.getLogger(__name__)
 
-# Seconds a settlement-2 job may take from submission to settlement on the chain's own clock: its
-# windows (training, reveal, a whole replay, a demand, a game) derive from σ and the chain's margin.
+# Seconds a settlement-2 job may take from submission to settlement on the chain's own clock at the
+# dev margin Δ: its windows (training, reveal, a whole replay, a demand, a game) derive from σ and Δ,
+# and a run whose Δ is stretched (`Network.margin`) stretches this in proportion.
 JOB_LIFETIME_V2 = 1800.0
 
 
@@ -76,7 +77,11 @@ class InProcessNetwork(Network):
 
     @property
     def job_lifetime(self) -> float:
-        return JOB_LIFETIME_V2 if self.options.settlement == "2" else super().job_lifetime
+        from ..roles.chain import DEV_MARGIN_V2
+
+        if self.options.settlement != "2":
+            return super().job_lifetime
+        return JOB_LIFETIME_V2 * self.margin / DEV_MARGIN_V2
 
     def harvest_nodes(self) -> list[tuple[str, str]]:
         """Settlement 2: the clients' rows (their results); its auditors' audits are read from the

@@ -19,6 +19,7 @@ so the graph is connected with a few links per node and no hub.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import shutil
@@ -66,6 +67,10 @@ LAG_PROBE = 0.1  # seconds
 # In one process every host shares one event loop: a dial or request takes loop turns that
 # grow with the network (200 nodes: loop lag p99 1.5 s, every dial over the default 5 s).
 IN_PROCESS_TIMEOUT_PER_NODE = 0.15  # seconds added to dial and request timeouts per node
+# Seconds added per node sharing the loop to Δ of a run's own version-2 deployment: within Δ a node
+# notices what it must answer and sends one transaction, and both wait their turn on the one loop
+# (28 nodes with Δ = 10 s: honest providers missed the Δ reveal and the 2Δ first answer to a game).
+IN_PROCESS_MARGIN_PER_NODE = 0.5
 BURN_ADDRESS = "0x000000000000000000000000000000000000dEaD"  # GavelSettlement.BURN_ADDRESS
 MAX_CHAIN_GAIN = 5.0  # seconds the chain's clock may gain on the wall clock before the next job is submitted
 
@@ -210,6 +215,7 @@ class RunRecords:
     nets: dict[str, int] = field(default_factory=dict)  # settlement 2: account -> its net money (`LedgerV2.nets`)
     audited: dict[tuple[bytes, bytes], dict[int, bool]] = field(default_factory=dict)  # settlement 2: the auditors' replays
     contract: str = ""  # the settlement contract the run played on (its last chain's)
+    margin: int = 0  # Δ of that contract, seconds (version 2)
 
 
 ProgressHook = Callable[["Network"], None]
@@ -238,6 +244,7 @@ class Network:
         self._settlement: Any = None
         self._binding: Any = None
         self.contract: str | None = None  # the run's own deployment, where it has one (`open_observer`)
+        self.chain_margin = 0  # Δ of the contract the run plays on, seconds (version 2; `open_observer`)
         self.loop_lags: list[float] = []
         self.segments: list[Segment] = []  # one per chain the run lived on (a chaos run restarts it once)
         self._poll_lock = trio.Lock()  # a balance reading sees the ledger fed to its own block
@@ -286,6 +293,13 @@ class Network:
         over its cores (version 2's windows derive from the step cost the terms declare)."""
         return max(1.0, self.shared_loop_nodes / (os.cpu_count() or 1))
 
+    @property
+    def margin(self) -> int:
+        """Δ of the run's own version-2 deployment (`open_observer`), stretched when the nodes share one loop."""
+        from ..roles.chain import DEV_MARGIN_V2
+
+        return DEV_MARGIN_V2 + math.ceil(IN_PROCESS_MARGIN_PER_NODE * self.shared_loop_nodes)
+
     def dispute_times(self) -> tuple[float, float]:
         """The jobs' dispute move timeout and per-party clock: the options', stretched like the nodes'
         request timeouts when the nodes share one loop, the clock in proportion (a move is a request:
@@ -317,13 +331,15 @@ class Network:
         if self.options.settlement == "2" and chain_setting == EMBEDDED and not fresh and self.contract is None:
             # witnesses and referees are drawn from the contract's registry: the run's own, not one that
             # an earlier network of this process (a test's, a sweep's) left its stopped nodes in
-            self.contract = fresh_embedded_contract("2")
+            self.contract = fresh_embedded_contract("2", self.margin)
         if self.contract is not None:
             values["contract"] = self.contract
         config = make_config(self.out / OBSERVER, values)
         self._binding = open_binding_sync(config, node_seed(self.options.seed, OBSERVER))
         self._binding.ensure_funds_sync(0)  # the embedded EVM refuses even a read from an account that cannot pay gas
         self._settlement = self._binding.settlement
+        if self.options.settlement == "2":
+            self.chain_margin = self._settlement.chain_settings().margin
         if fresh:
             self.ledger = new_ledger(self.options)  # a fresh chain: its whole story is this run's
         else:
@@ -494,7 +510,8 @@ class Network:
         return RunRecords(list(self.infos.values()), self.submissions, self.ledger, audits,
                           verdicts, self.run_dirs(), dict(self.timings), memory, segments=self.segments,
                           chaos=getattr(self, "chaos", None), client_of=client_of | self.client_names(),
-                          contract=self._settlement.address if self._settlement is not None else "")
+                          contract=self._settlement.address if self._settlement is not None else "",
+                          margin=self.chain_margin)
 
     def client_names(self) -> dict[int, str]:
         """Job index -> the node name of its client, where it differs from the plan's."""

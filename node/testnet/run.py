@@ -152,7 +152,7 @@ def run_testnet(options: TestnetOptions, out: Path, *, mode: str = IN_PROCESS, c
         from .report_v2 import write_html_v2
 
         report = report_v2(records, config=config_of(options, mode=mode, chain=chain, command=command)
-                           | {"contract": records.contract},
+                           | {"contract": records.contract, "margin_s": records.margin},
                            timings={**records.timings, "wall_s": round(wall, 2)})
         write_report(report, out)
         write_html_v2(report, out)

@@ -3,6 +3,7 @@ embedded EVM) with one provider per strategy beside honest ones, one of them slo
 and verdict checked against the contract's own reads and events, not the roles' logs."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,10 @@ from contracts.settlement_v2 import ForfeitReason, SeatStatus
 from contracts.settlement_v2_demands import DemandStage
 from node.cheats import STRATEGIES
 from node.config import make_config
-from node.roles.chain import open_binding_sync
+from node.roles.chain import DEV_MARGIN_V2, open_binding_sync
 from node.roles.context import context_of
 from node.roles.v2.adversaries import HONEST, adversary_of, strategy_names
+from node.testnet.launcher import IN_PROCESS_MARGIN_PER_NODE
 from node.testnet.plan import CLIENT, TestnetOptions, make_plan
 from node.testnet.run import run_testnet
 
@@ -119,6 +121,9 @@ def test_a_v2_testnet_catches_each_strategy_and_reports_who_gained_and_lost(tmp_
     # earlier network of this process
     registered = {e.event.account for e in s.events(0, None) if isinstance(e.event, NodeRegistered)}
     assert registered == {p["account"] for p in parties.values()}
+    # its Δ stretched for the nodes that share this process's loop, as the report says
+    assert s.chain_settings().margin == report["config"]["margin_s"] == \
+        DEV_MARGIN_V2 + math.ceil(IN_PROCESS_MARGIN_PER_NODE * len(parties))
     stake = report["jobs"][0]["provider_stake"]
     # a client whose planned honest provider is busy offers the job to another advert, a cheater's
     # among them: a cheater may hold seats of several jobs, and it forfeits each one
