@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 # Seconds a settlement-2 job may take from submission to settlement on the chain's own clock at the
 # dev margin Δ: its windows (training, reveal, a whole replay, a demand, a game) derive from σ and Δ,
-# and a run whose Δ is stretched (`Network.margin`) stretches this in proportion.
+# and a run on a contract of another Δ (`Network.chain_margin`) stretches this in proportion.
 JOB_LIFETIME_V2 = 1800.0
 
 
@@ -81,7 +81,7 @@ class InProcessNetwork(Network):
 
         if self.options.settlement != "2":
             return super().job_lifetime
-        return JOB_LIFETIME_V2 * self.margin / DEV_MARGIN_V2
+        return JOB_LIFETIME_V2 * self.chain_margin / DEV_MARGIN_V2  # the Δ read from the run's contract
 
     def harvest_nodes(self) -> list[tuple[str, str]]:
         """Settlement 2: the clients' rows (their results); its auditors' audits are read from the
