@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from ..errors import describe_failure
+from ..task_dump import dump_tasks_on_signal
 from .launcher import (
     PEER_RECORD_OFF, Network, RunRecords, bootstrap_links, init_node_dir, node_settings, rss_bytes,
 )
@@ -135,6 +136,7 @@ class InProcessNetwork(Network):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.watch_chain)
                 nursery.start_soon(self.watch_loop_lag)
+                nursery.start_soon(dump_tasks_on_signal, self.out / "tasks.txt")  # `kill -USR1`: what each task awaits
                 for i, plan_node in enumerate(self.plan.nodes):
                     bootstrap = [nodes[self.plan.nodes[j].name].host.listen_addrs[0] for j in links[i]]
                     values = node_settings(plan_node, self.plan, self.running_at_once(), chain=chain_setting,
