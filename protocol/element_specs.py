@@ -78,7 +78,10 @@ def _layout(shape: Sequence[int], dtype: Any) -> TensorInfo:
 
 def node_element_spec(graph: Any, n: int) -> ElementNode | None:
     """Node n of a step graph (`repops_cupy.graph.StepGraph`, read through its attributes) with its
-    element spec; None for a leaf or a node the element programs do not cover."""
+    element spec; None for a leaf, a node the element programs do not cover, or an n past the
+    nodes (a node list's last entry is the state after the step: the referee rules it)."""
+    if not 0 <= n < len(graph.nodes):
+        return None
     node = graph.nodes[n]
     if node.op not in COVERED:
         return None

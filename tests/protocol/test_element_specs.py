@@ -93,3 +93,12 @@ def test_attributes_a_program_does_not_cover_give_no_spec():
     assert node_element_spec(graph, 1) is None
     assert element_spec_leaves(graph)[:2] == [NO_SPEC, NO_SPEC]
     assert element_spec_leaves(graph)[2] != NO_SPEC
+
+
+def test_an_entry_past_the_graph_nodes_has_no_spec():
+    # a node list ends with the state after the step: a pick there is the referee's, not a duel's
+    x = SimpleNamespace(id=0, op="leaf", attrs={"name": "x", "role": "batch"}, inputs=(), shape=(3, 4), dtype="float32",
+                        is_leaf=True)
+    graph = SimpleNamespace(nodes=(x,))
+    assert node_element_spec(graph, 1) is None
+    assert node_element_spec(graph, -1) is None
