@@ -112,7 +112,7 @@ class EmbeddedChain(Chain):
             effective_gas_price=raw["effective_gas_price"],
             block_number=raw["block_number"],
             contract_address=to_checksum_address(raw["contract_address"]) if raw["contract_address"] else None,
-            logs=tuple(self._log(entry) for entry in raw["logs"]),
+            logs=tuple(self._log(entry, self._logs_before(raw)) for entry in raw["logs"]),
         )
         if receipt.status == 0:
             # Replay on the state of the failed transaction's own block: it changed nothing
@@ -149,15 +149,23 @@ class EmbeddedChain(Chain):
         except TransactionFailed as failure:
             raise RevertData(_tester_revert_bytes(failure)) from None
 
+    def _logs_before(self, raw: dict[str, Any]) -> int:
+        """How many logs the transactions before this receipt's in its block emitted: a paced block
+        carries several, and a log's index counts over the block (eth-tester counts per receipt)."""
+        if not raw["transaction_index"]:
+            return 0
+        earlier = self.tester.get_block_by_number(raw["block_number"])["transactions"][:raw["transaction_index"]]
+        return sum(len(self.tester.get_transaction_receipt(h)["logs"]) for h in earlier)
+
     @staticmethod
-    def _log(entry: dict[str, Any]) -> Log:
+    def _log(entry: dict[str, Any], logs_before: int = 0) -> Log:
         return Log(
             address=to_checksum_address(entry["address"]),
             topics=tuple(_hex_bytes(t) for t in entry["topics"]),
             data=_hex_bytes(entry["data"]),
             block_number=entry["block_number"],
             tx_hash=_hex_bytes(entry["transaction_hash"]),
-            log_index=entry["log_index"],
+            log_index=logs_before + entry["log_index"],
         )
 
     def balance(self, account: str) -> int:
@@ -253,9 +261,10 @@ class _BlockIndex:
             for number in range(len(self._hashes), latest + 1):
                 block = chain.get_canonical_block_by_number(number)
                 receipts = block.get_receipts(chain.chaindb) if block.transactions else ()
+                log_index = 0  # counted over the block, as a node's logIndex is (eth-tester counts per receipt)
                 for position, (transaction, receipt) in enumerate(zip(block.transactions, receipts)):
                     self._transactions[transaction.hash] = (number, position)
-                    for log_index, entry in enumerate(receipt.logs):
+                    for entry in receipt.logs:
                         log = Log(
                             address=to_checksum_address(entry.address),
                             topics=tuple(topic.to_bytes(32, "big") for topic in entry.topics),
@@ -264,6 +273,7 @@ class _BlockIndex:
                             tx_hash=bytes(transaction.hash),
                             log_index=log_index,
                         )
+                        log_index += 1
                         self._logs.setdefault(log.address, []).append(log)
                 self._hashes.append(block.hash)
 

@@ -83,3 +83,44 @@ def test_without_a_lead_each_transaction_takes_a_block_a_second_ahead_of_the_las
         for _ in range(5):
             chain.transact(chain.accounts[1], chain.accounts[9], b"", value=1, gas=21_000)
     assert chain.now() == int(clock.now) + 5  # five seconds of chain time in no time at all
+
+
+def test_the_logs_of_a_block_carrying_several_transactions_are_numbered_over_the_block():
+    # A reader resumes at (block, log index): with each receipt's logs counted from 0, as eth-tester
+    # counts them, the second transaction's event of a block read as already handed and was skipped.
+    from contracts import Role, Settlement
+
+    chain, lock, clock = _paced(lead=1)
+    with lock:
+        settlement = Settlement.deploy(chain, account=chain.accounts[0], unbonding_delay=60, min_stake=10**17,
+                                       winner_share_bps=5000)
+    receipts, transact = {}, chain.transact
+
+    def register(i: int) -> None:
+        account = chain.accounts[1 + i]
+        with lock:
+            settlement.connect(account).register(bytes.fromhex(account[2:]).ljust(32, b"\0"), Role.PROVIDER,
+                                                 stake=10**18)
+
+    def recorded(sender, *args, **kwargs):  # the chain's own receipts, which Settlement decodes to events
+        receipts[sender] = transact(sender, *args, **kwargs)
+        return receipts[sender]
+
+    chain.transact = recorded
+
+    threads = [threading.Thread(target=register, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    while _pending(chain, lock) < 3:
+        for t in threads:
+            t.join(0.05)
+    clock.now += 2
+    for t in threads:
+        t.join(30)
+    block = chain.block_number()
+    logs = [log for log in chain.logs(settlement.address, block) if log.block_number == block]
+    assert len({log.tx_hash for log in logs}) == 3  # one block, three transactions
+    assert [log.log_index for log in logs] == list(range(len(logs)))
+    by_receipt = sorted((log for r in receipts.values() for log in r.logs if log.address == settlement.address),
+                        key=lambda log: log.log_index)
+    assert by_receipt == logs  # a receipt's logs carry the same indices as the chain's log read
