@@ -33,7 +33,9 @@ async def dump_tasks_on_signal(path: Path, signum: int = signal.SIGUSR1) -> None
     """Until cancelled: on each ``signum``, write `task_tree` to ``path`` (replacing the last)."""
     with trio.open_signal_receiver(signum) as signals:
         async for _ in signals:
-            await trio.Path(path).write_text(task_tree())
+            partial = trio.Path(path).with_suffix(".partial")  # a reader never sees half a tree
+            await partial.write_text(task_tree())
+            await partial.replace(path)
 
 
 __all__ = ["dump_tasks_on_signal", "task_tree"]
