@@ -68,10 +68,19 @@ def _next_demand_time(demand, margin: int, *, now: int) -> int | None:
     return now + 1
 
 
+RUN_WALL_LIMIT = 900  # seconds: a run this test's clock has not ended by then has a job nobody settles
+
+
 async def close_windows(network) -> None:
     """The test's clock: once every client verified its job, move the chain to the next thing waiting
     on a deadline (a demand's serveBy + Δ, which the client then fails; a job's finalBy, which the
-    keepers settle), instead of sleeping through the windows."""
+    keepers settle), instead of sleeping through the windows. It fails the run after RUN_WALL_LIMIT
+    (the run's own deadline waits out the chain's lead, which earlier tests of the process grew)."""
+    with trio.fail_after(RUN_WALL_LIMIT):
+        await _close_windows(network)
+
+
+async def _close_windows(network) -> None:
     s = network._settlement
     margin = (await network._binding.run(s.chain_settings)).margin
     while True:
