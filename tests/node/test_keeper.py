@@ -50,7 +50,8 @@ async def test_an_unfilled_job_whose_client_is_gone_is_refunded_by_another_nodes
         provider_after = await chain.run(s.node, chain.account)
         assert provider_after.locked == 0 and provider_after.stake == stake_before  # its stake free, nothing taken
         assert await chain.run(s.credit_of, client_account) == PRICE  # the price is the client's again
-        assert provider.storage.final_status(job_id) == "REFUNDED"
+        # the keeper says it settled before it stores the final row (from a worker thread): wait for the row
+        await wait_for(lambda: provider.storage.final_status(job_id) == "REFUNDED", timeout=30)
 
         # The client restarts: before any work it reconciles its row with the chain, and withdraws.
         config = open_datadir(tmp_path / "client")
