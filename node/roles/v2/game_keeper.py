@@ -298,6 +298,7 @@ class GameKeeper:
                     log.info("game keeper: %s(%s) refused: %s", move, claim_id.hex()[:12], describe_chain_error(error))
                     continue
                 landed.append((move, claim_id))
+                log.info("game keeper: %s(%s) landed", move, claim_id.hex()[:12])
                 if move in (TIMEOUT, RESOLVE_GAME):
                     break  # a parent's state changed with its child: read it again next pass
             for claim_id, info in claims:
