@@ -55,12 +55,14 @@ class EmbeddedChain(Chain):
         return int(self._clock()) + self._clock_offset
 
     def _keep_time(self) -> None:
-        """With ``follow_wall_clock``: the pending block carries the chain's time."""
+        """With ``follow_wall_clock``: the pending block carries the chain's time, until a
+        transaction has run in it (with the block's time as it was then: raising it later would
+        stamp the block with a time its transactions did not see)."""
         if not self.follow_wall_clock:
             return
         backend = self.tester.backend
         header = backend.chain.header
-        if header.timestamp < self._wall_time():
+        if header.gas_used == 0 and header.timestamp < self._wall_time():
             backend.chain.header = header.copy(timestamp=self._wall_time())
 
     def transact(self, sender: str, to: str | None, data: bytes, *, value: int = 0, gas: int) -> Receipt:
@@ -85,6 +87,7 @@ class EmbeddedChain(Chain):
 
         with self._mined:
             tx["nonce"] = self.tester.get_nonce(tx["from"], "pending")  # others may wait in the block too
+            self._keep_time()  # it runs at the block's time: the clock's, if it is the block's first
             try:
                 # eth-tester's own send mines at once; this adds to the pending block only
                 tx_hash = self.tester._add_transaction_to_pending_block(tx)

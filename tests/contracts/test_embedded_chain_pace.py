@@ -124,3 +124,43 @@ def test_the_logs_of_a_block_carrying_several_transactions_are_numbered_over_the
     by_receipt = sorted((log for r in receipts.values() for log in r.logs if log.address == settlement.address),
                         key=lambda log: log.log_index)
     assert by_receipt == logs  # a receipt's logs carry the same indices as the chain's log read
+
+
+# init code returning a runtime that logs block.timestamp (TIMESTAMP, MSTORE, LOG0 of the word)
+LOGS_ITS_TIME = bytes.fromhex("69") + bytes.fromhex("42600052602060" + "00a000") + bytes.fromhex("600052600a6016f3")
+
+
+def test_a_transaction_runs_at_the_time_of_the_block_that_carries_it():
+    # A transaction joined the pending block at the time that block had when the last one was mined,
+    # and the block was stamped with the clock's time only when it was mined: a move sent at its
+    # deadline was refused as too early, in a block whose own time was past the deadline.
+    chain, lock, clock = _paced(lead=1)
+    with lock:
+        logger = chain.transact(chain.accounts[0], None, LOGS_ITS_TIME, gas=200_000).contract_address
+    clock.now += 5  # five quiet seconds: the chain is behind the clock now
+    with lock:
+        receipt = chain.transact(chain.accounts[1], logger, b"", gas=60_000)
+    seen = int.from_bytes(receipt.logs[0].data, "big")
+    block_time = chain.tester.get_block_by_number(receipt.block_number)["timestamp"]
+    assert seen == block_time >= int(clock.now)
+
+    times: dict[int, int] = {}
+
+    def send(i: int) -> None:
+        with lock:
+            r = chain.transact(chain.accounts[2 + i], logger, b"", gas=60_000)
+        times[i] = (int.from_bytes(r.logs[0].data, "big"), r.block_number)
+
+    with lock:  # mined at once, which puts the chain the lead ahead of the clock
+        chain.transact(chain.accounts[1], logger, b"", gas=60_000)
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(3)]
+    for t in threads:  # the next block would be past the lead: they wait in one block
+        t.start()
+    while _pending(chain, lock) < 3:
+        for t in threads:
+            t.join(0.05)
+    clock.now += 4  # the block is mined late: it keeps the time its transactions ran at
+    for t in threads:
+        t.join(30)
+    (block,) = {number for _, number in times.values()}
+    assert {seen for seen, _ in times.values()} == {chain.tester.get_block_by_number(block)["timestamp"]}
