@@ -8,7 +8,8 @@ import bisect
 import os
 import threading
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from eth_abi import encode as abi_encode
 from eth_utils import to_checksum_address
@@ -36,7 +37,8 @@ class EmbeddedChain(Chain):
     more than L seconds ahead of the clock, a transaction waits in the pending block, and the
     block mined once the clock caught up carries every transaction that waited, as a chain
     with one-second blocks does. A waiting sender releases ``lock`` (the lock its callers
-    hold, re-entrant), so other threads add theirs meanwhile.
+    hold, re-entrant), so other threads add theirs meanwhile. ``paced`` sets the lead and also
+    mines a block each second the chain is behind the clock, so block numbers advance with time.
     """
 
     def __init__(self, *, follow_wall_clock: bool = False, lock: Any = None, clock: Any = time.time) -> None:
@@ -64,6 +66,30 @@ class EmbeddedChain(Chain):
         header = backend.chain.header
         if header.gas_used == 0 and header.timestamp < self._wall_time():
             backend.chain.header = header.copy(timestamp=self._wall_time())
+
+    @contextmanager
+    def paced(self, lead: int, *, tick: float = 1.0) -> Iterator[None]:
+        """While open: ``block_lead`` = `lead`, and a block comes each second the chain is behind the
+        clock, sent to or not, as on a real chain (a draw waits for blocks: with none sent, the block
+        number stood still and a draw armed at the end of a run was never due)."""
+        before, self.block_lead = self.block_lead, lead
+        stop = threading.Event()
+
+        def mine_on_time() -> None:
+            while not stop.wait(tick):
+                with self._mined:
+                    if self.tester.get_block_by_number("latest")["timestamp"] + 1 <= self._wall_time():
+                        self.mine()
+
+        ticker = threading.Thread(target=mine_on_time, name="embedded-chain-blocks", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
+            with self._mined:
+                self.block_lead = before
 
     def transact(self, sender: str, to: str | None, data: bytes, *, value: int = 0, gas: int) -> Receipt:
         tx: dict[str, Any] = {"from": sender, "gas": gas, "value": value, "data": "0x" + data.hex()}

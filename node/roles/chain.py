@@ -193,14 +193,8 @@ def embedded_chain_paced(lead: int = BLOCK_LEAD) -> Iterator[None]:
     """While open, this process's embedded chain keeps a real chain's pace (`EmbeddedChain.block_lead`):
     a network of in-process nodes sends bursts of transactions, one block each, and would otherwise
     run the chain's clock ahead of the time its nodes work in."""
-    shared = _embedded_chain()
-    with shared.lock:
-        before, shared.chain.block_lead = shared.chain.block_lead, lead
-    try:
+    with _embedded_chain().chain.paced(lead):
         yield
-    finally:
-        with shared.lock:
-            shared.chain.block_lead = before
 
 
 # -- the binding -----------------------------------------------------------------

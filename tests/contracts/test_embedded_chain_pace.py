@@ -164,3 +164,24 @@ def test_a_transaction_runs_at_the_time_of_the_block_that_carries_it():
         t.join(30)
     (block,) = {number for _, number in times.values()}
     assert {seen for seen, _ in times.values()} == {chain.tester.get_block_by_number(block)["timestamp"]}
+
+
+def test_a_paced_chain_makes_a_block_each_second_it_is_behind_the_clock_with_nothing_sent():
+    # A draw is made blocks after it was armed: with blocks only for transactions, a draw armed when
+    # nothing else was being sent waited for ever.
+    lock, clock = threading.RLock(), Clock(0.0)
+    chain = EmbeddedChain(follow_wall_clock=True, lock=lock, clock=clock)
+    clock.now = float(chain.now())
+    with chain.paced(2, tick=0.01):
+        first = chain.block_number()
+        clock.now += 3  # three quiet seconds
+        with lock:
+            while chain.block_number() == first:
+                chain._mined.wait(1)
+        latest = chain.tester.get_block_by_number("latest")
+        assert latest["timestamp"] == int(clock.now) and not latest["transactions"]
+        with lock:
+            number = chain.block_number()
+            chain._mined.wait(0.2)  # twenty ticks with the chain level with the clock: no block
+            assert chain.block_number() == number
+    assert chain.block_lead is None
