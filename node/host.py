@@ -57,12 +57,14 @@ from .streams import (
     open_framed,
     request_handler,
 )
+from . import yamux
 
 log = logging.getLogger(__name__)
 
 # py-libp2p's yamux answers every read with a window update (one more frame each way for every gossip
 # message on a connection); its switch for go-yamux's rule, an update once half the window is used:
 os.environ.setdefault("PY_YAMUX_RELEASE_ON_READ", "0")
+yamux.install()  # a stream opening cut short by its timeout gives its slot of the connection back
 
 DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 NEGOTIATION_FLOOR = 10.0  # seconds: libp2p's own default for negotiations and upgrades
