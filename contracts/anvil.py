@@ -63,6 +63,7 @@ class AnvilProcess:
         chain_id: int = 31337,
         start_timeout: float = 15.0,
         port: int | None = None,
+        block_time: int | None = None,
     ):
         self.binary = binary or find_anvil()
         if self.binary is None:
@@ -71,6 +72,9 @@ class AnvilProcess:
         self.chain_id = chain_id
         self.start_timeout = start_timeout
         self._fixed_port = port  # a fresh chain at a known URL (a restarted dev chain); None: any free port
+        # seconds between blocks made whether or not a transaction came (each transaction still gets its
+        # own block at once): a chain on which time passes while nobody sends; None: blocks only on transactions
+        self.block_time = block_time
         self.port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self._log = tempfile.TemporaryFile()
@@ -97,6 +101,8 @@ class AnvilProcess:
             ]
             if self.state_file is not None:
                 command += ["--state", str(self.state_file)]
+            if self.block_time is not None:
+                command += ["--block-time", str(self.block_time), "--mixed-mining"]
             self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             if self._wait_ready():
                 return self

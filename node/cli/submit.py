@@ -1,6 +1,6 @@
 """``gavel submit``: hand a training job to the network and, with ``--wait``, see it through.
 
-    gavel submit JOB.toml --data-dir CLIENT_DIR --bootstrap ADDR [--chain URL]
+    gavel submit JOB.toml --data-dir CLIENT_DIR --bootstrap ADDR [--chain URL] [--settlement 1|2]
                  [--providers N] [--price ETHER] [--stake ETHER] [--wait [verified|settled]] [--json]
 
 The command runs a client node on ``--data-dir`` (created on first use, with the client
@@ -101,6 +101,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="give up when the chain still fails to answer after this many seconds (default 5)")
     p.add_argument("--contract", help="settlement contract address (default: the chain's dev deployment)")
     p.add_argument("--listen", help="libp2p address to listen on")
+    p.add_argument("--settlement", choices=("1", "2"),
+                   help="settlement contract version the client plays (default: the data directory's, else 1)")
+    p.add_argument("--step-cost-scale", type=float, default=1.0, metavar="FACTOR",
+                   help="settlement 2: declare each training step FACTOR times the estimate's cost (providers on "
+                        "slower or busier machines than the estimate's refuse terms they cannot meet; default 1)")
     p.add_argument("--providers", type=int, default=1, help="providers to train the job (default 1)")
     p.add_argument("--price", default="1", help="ether escrowed for the job, shared by its honest providers (default 1)")
     p.add_argument("--stake", default="1", help="ether each provider locks while it holds a seat (default 1)")
@@ -123,6 +128,8 @@ def submit_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.providers < 1:
         parser.error("--providers must be at least 1")
+    if not args.step_cost_scale >= 1.0:
+        parser.error("--step-cost-scale must be at least 1")
     for flag in ("accept_within", "commit_within", "challenge_within", "move_timeout", "clock", "chain_timeout"):
         value = getattr(args, flag)
         if value is not None and not value > 0:
@@ -140,6 +147,7 @@ def submit_main(argv: list[str]) -> int:
         providers=args.providers, price=price, stake=stake, accept_within=args.accept_within,
         commit_within=args.commit_within, challenge_within=args.challenge_within, move_timeout=args.move_timeout,
         clock=args.clock, provider_addrs=list(args.provider), out=str(args.out.resolve()) if args.out else "",
+        step_cost_scale=args.step_cost_scale,
     )
     try:
         config, seed = _open(args)
@@ -168,7 +176,8 @@ def _open(args: argparse.Namespace):
     from ..config import CONFIG_FILE
     from ..datadir import init_datadir, load_seed, open_datadir
 
-    overrides = {k: v for k, v in (("chain", args.chain), ("contract", args.contract), ("listen", args.listen)) if v}
+    overrides = {k: v for k, v in (("chain", args.chain), ("contract", args.contract), ("listen", args.listen),
+                                   ("settlement", args.settlement)) if v}
     if args.bootstrap:
         overrides["bootstrap"] = list(args.bootstrap)
     if not (args.data_dir / CONFIG_FILE).exists():
@@ -186,7 +195,7 @@ def _say(text: str) -> None:
 def follow_command(config, args: argparse.Namespace) -> str:
     """The command that runs this client on, to referee and settle its jobs."""
     parts = ["gavel node start --data-dir", str(config.data_dir), "--role client"]
-    for flag, value in (("--chain", args.chain), ("--contract", args.contract)):
+    for flag, value in (("--chain", args.chain), ("--contract", args.contract), ("--settlement", args.settlement)):
         if value:
             parts += [flag, value]
     for addr in args.bootstrap:

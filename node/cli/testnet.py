@@ -11,7 +11,8 @@ on two cores. The report goes to ``DIR/report.json`` and ``DIR/report.html``.
 of `node.roles.v2.adversaries` (``--strategies``, all by default) beside honest ones, one of
 them slow (σ·1.6 a step), two seats a job; the report gives each party's net money from the
 contract and why each cheat was caught or not, and the run holds only when no honest party
-lost money and every cheater's net is negative (in-process only for now).
+lost money and every cheater's net is negative. With ``--processes`` each node is its own process
+and each job its own ``gavel submit`` (a client playing settlement 2) on a shared anvil chain.
 
 ``--sweep`` runs one network per audit rate (``--rates``) with every provider cheating,
 and compares the observed catch rate with `protocol.sampling`'s prediction.
@@ -124,8 +125,8 @@ def testnet_main(argv: list[str]) -> int:
                 SWEEP_MAX_RUNNING if args.sweep else chaos_wave(args.jobs) if args.chaos else 0))
         if args.chaos and args.sweep:
             raise ValueError("--chaos and --sweep: one at a time")
-        if args.settlement == "2" and (args.sweep or args.mode == "processes"):
-            raise ValueError("--settlement 2: in-process runs only for now (no --processes, no --sweep)")
+        if args.settlement == "2" and args.sweep:
+            raise ValueError("--settlement 2: no --sweep for now")
 
         if args.sweep and (len(rates) < 1 or not all(0 < r <= 1 for r in rates)):
             raise ValueError("--rates: audit rates in (0, 1]")

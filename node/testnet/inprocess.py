@@ -7,7 +7,6 @@ to kill it (`chaos_inprocess`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -18,7 +17,7 @@ import trio
 from ..errors import describe_failure
 from ..task_dump import dump_tasks_on_signal
 from .launcher import (
-    PEER_RECORD_OFF, Network, RunRecords, bootstrap_links, init_node_dir, node_settings, rss_bytes,
+    PEER_RECORD_OFF, Network, RunRecords, bootstrap_links, init_node_dir, new_anvil, node_settings, rss_bytes,
 )
 from .chaos import wait_final
 from .plan import AUDITOR, CLIENT
@@ -26,11 +25,6 @@ from .chaos_inprocess import KINDS
 from .report import Submission
 
 log = logging.getLogger(__name__)
-
-# Seconds a settlement-2 job may take from submission to settlement on the chain's own clock at the
-# dev margin Δ: its windows (training, reveal, a whole replay, a demand, a game) derive from σ and Δ,
-# and a run on a contract of another Δ (`Network.chain_margin`) stretches this in proportion.
-JOB_LIFETIME_V2 = 1800.0
 
 
 class InProcessNetwork(Network):
@@ -76,14 +70,6 @@ class InProcessNetwork(Network):
         listen = self.listen[name].split("/p2p/")[0]
         await self._start(name, open_datadir(self.node_dir(name), {"listen": listen}), nursery)
 
-    @property
-    def job_lifetime(self) -> float:
-        from ..roles.chain import DEV_MARGIN_V2
-
-        if self.options.settlement != "2":
-            return super().job_lifetime
-        return JOB_LIFETIME_V2 * self.chain_margin / DEV_MARGIN_V2  # the Δ read from the run's contract
-
     def harvest_nodes(self) -> list[tuple[str, str]]:
         """Settlement 2: the clients' rows (their results); its auditors' audits are read from the
         running roles (`audits_v2`), their rows being version 1's only."""
@@ -119,9 +105,7 @@ class InProcessNetwork(Network):
         chain_setting = "embedded"
         anvil = None
         if self.chain_kind == "anvil":
-            from contracts import AnvilProcess
-
-            anvil = AnvilProcess().start()
+            anvil = new_anvil(self.options).start()
             chain_setting = anvil.url
         paced = contextlib.ExitStack()
         if anvil is None:  # the nodes' bursts of transactions must not run the chain's clock ahead of theirs
@@ -156,8 +140,6 @@ class InProcessNetwork(Network):
                     client = context_of(nodes[sub.client]).roles["client"]
                     addrs = [nodes[name].host.listen_addrs[0] for name in self.plan.jobs[sub.index].providers]
                     options = self.submit_options(addrs)
-                    if self.options.settlement == "2":  # every planned provider of the job takes a seat
-                        options = dataclasses.replace(options, providers=len(addrs))
                     try:
                         sub.job_id = await client.submit(Path(sub.job_file), options)
                         self.on_progress(self)

@@ -33,9 +33,10 @@ import trio
 
 from ..config import make_config, setting_default
 from ..datadir import init_datadir
+from ..roles.chain import DEV_MARGIN_V2, ETHER, account_key, chain_failures
 from .invariants import BalanceRead, Segment, read_failures
 from .ledger import Ledger
-from .plan import AUDITOR, CLIENT, PROVIDER, NodePlan, TestnetOptions, TestnetPlan
+from .plan import AUDITOR, CLIENT, JOB_LIFETIME_V2, PROVIDER, NodePlan, TestnetOptions, TestnetPlan
 from .report import Audit, NodeInfo, Submission, audit_from_entry
 from .sweep import samples_for
 
@@ -97,10 +98,16 @@ def new_ledger(options: TestnetOptions) -> Any:
     return LedgerV2() if options.settlement == "2" else Ledger()
 
 
+def new_anvil(options: TestnetOptions) -> Any:
+    """A run's own anvil; on settlement 2 it makes a block each second, as a real chain does
+    (a version-2 deadline passes only in a block made after it)."""
+    from contracts import AnvilProcess
+
+    return AnvilProcess(block_time=1 if options.settlement == "2" else None)
+
+
 def account_of(seed: bytes) -> str:
     from eth_account import Account
-
-    from ..roles.chain import account_key
 
     return Account.from_key(account_key(seed)).address
 
@@ -258,14 +265,14 @@ class Network:
 
     def submit_options(self, provider_addrs: list[str]):
         from ..roles.client import SubmitOptions
-        from ..roles.chain import ETHER
 
         o = self.options
         move_timeout, clock = self.dispute_times()
         # version 2: a provider answers an offer after fetching the bundle, building the program, timing a step
         # and tracing the element specs, as slow here as the rest of its work
         accept_within = o.accept_within * (self.step_cost_scale if o.settlement == "2" else 1.0)
-        return SubmitOptions(providers=o.replicas, price=ETHER, stake=ETHER, accept_within=accept_within,
+        providers = len(provider_addrs) if o.settlement == "2" else o.replicas  # v2: every planned provider a seat
+        return SubmitOptions(providers=providers, price=ETHER, stake=ETHER, accept_within=accept_within,
                              commit_within=o.commit_within, challenge_within=o.challenge_within,
                              move_timeout=move_timeout, clock=clock, provider_addrs=provider_addrs,
                              step_cost_scale=self.step_cost_scale)
@@ -296,8 +303,6 @@ class Network:
     @property
     def margin(self) -> int:
         """Δ of the run's own version-2 deployment (`open_observer`), stretched when the nodes share one loop."""
-        from ..roles.chain import DEV_MARGIN_V2
-
         return DEV_MARGIN_V2 + math.ceil(IN_PROCESS_MARGIN_PER_NODE * self.shared_loop_nodes)
 
     def dispute_times(self) -> tuple[float, float]:
@@ -314,6 +319,8 @@ class Network:
         from protocol.settings import JobSettings
 
         o = self.options
+        if o.settlement == "2":  # its windows derive from σ and Δ: the Δ read from the run's contract
+            return JOB_LIFETIME_V2 * self.chain_margin / DEV_MARGIN_V2
         move_timeout, clock = self.dispute_times()
         ruling = JobSettings(move_timeout=move_timeout, clock=clock).rules.ruling_period
         return o.accept_within + o.commit_within + o.challenge_within + ruling + 60
@@ -396,8 +403,6 @@ class Network:
         return read
 
     async def watch_chain(self) -> None:
-        from ..roles.chain import chain_failures
-
         while True:
             try:
                 await self.poll_chain()
@@ -526,8 +531,6 @@ class Network:
 
     async def chain_time(self) -> int:
         """The chain's clock; 0 while the chain does not answer (a chaos run kills it once)."""
-        from ..roles.chain import chain_failures
-
         async with self._poll_lock:
             try:
                 return await self._binding.run(self._binding.chain.now)

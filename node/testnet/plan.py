@@ -154,6 +154,10 @@ def cheat_strategies_v2() -> list[str]:
 
 SEATS_V2 = 2  # a version-2 job's seats: a cheater's (or an honest one's) and an honest one's
 MIN_HONEST_V2 = 2  # honest providers of a version-2 testnet: one slow, one at full speed
+# Seconds a settlement-2 job may take from submission to settlement on the chain's own clock at the
+# dev margin Δ: its windows (training, reveal, a whole replay, a demand, a game) derive from σ and Δ,
+# and a run on a contract of another Δ (`Network.chain_margin`) stretches this in proportion.
+JOB_LIFETIME_V2 = 1800.0
 
 
 def make_plan_v2(options: TestnetOptions, jobs_dir: Path) -> TestnetPlan:

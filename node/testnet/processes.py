@@ -24,7 +24,8 @@ from typing import Any
 import trio
 
 from .launcher import (
-    LaunchError, Network, RunRecords, account_of, bootstrap_links, init_node_dir, node_settings, peer_id_of, rss_bytes,
+    LaunchError, Network, RunRecords, account_of, bootstrap_links, init_node_dir, new_anvil, node_settings, peer_id_of,
+    rss_bytes,
 )
 from .chaos import wait_final
 from .plan import AUDITOR, CLIENT, JobPlan, NodePlan, node_seed
@@ -86,12 +87,13 @@ class ProcessNetwork(Network):
     def client_name(self, job: JobPlan) -> str:
         return f"{job.client}-job{job.index:03d}"
 
-    def _plan_clients(self) -> None:
-        """One client node per job, keyed from the testnet seed like every other node."""
+    def _plan_clients(self, clients: dict[str, NodePlan]) -> None:
+        """One client node per job, keyed from the testnet seed like every other node, playing its
+        planned client's strategy (``clients``: the plan's client nodes by name)."""
         for job in self.plan.jobs:
             name = self.client_name(job)
             seed = node_seed(self.options.seed, name)
-            info = NodeInfo(name, CLIENT, account_of(seed), peer_id_of(seed))
+            info = NodeInfo(name, CLIENT, account_of(seed), peer_id_of(seed), clients[job.client].cheat)
             self.infos[name] = info
             self.names[info.account] = name
             self.client_dirs[job.index] = name
@@ -112,23 +114,28 @@ class ProcessNetwork(Network):
                     sub.job_id = rows[0].job_id
 
     def harvest_nodes(self) -> list[tuple[str, str]]:
-        return [(n.name, n.role) for n in self.plan.nodes if n.role == AUDITOR] + \
-               [(name, CLIENT) for name in self.client_dirs.values()]
+        """The auditors' rows (version 1's only) and the clients' (their results)."""
+        auditors = [(n.name, n.role) for n in self.plan.nodes if n.role == AUDITOR and self.options.settlement == "1"]
+        return auditors + [(name, CLIENT) for name in self.client_dirs.values()]
+
+    @property
+    def step_cost_scale(self) -> float:
+        """Every node's process shares this machine's cores: a step runs that much slower than alone."""
+        return max(1.0, len(self.plan.nodes) / (os.cpu_count() or 1))
 
     async def run(self) -> RunRecords:
-        from contracts import AnvilProcess
-
         from ..logs import configure_logging
 
         configure_logging("info", file=self.out / "testnet.log")
         self._plan_nodes()
         staked = [n for n in self.plan.nodes if n.role != CLIENT]
+        clients = {n.name: n for n in self.plan.nodes if n.role == CLIENT}
         self.plan = type(self.plan)(self.options, tuple(staked), self.plan.jobs)
         self.infos = {n.name: self.infos[n.name] for n in staked}
-        self._plan_clients()
+        self._plan_clients(clients)
         if self.chain_kind != "anvil":
             raise LaunchError("--processes needs a chain every process can reach: --chain anvil")
-        self.anvil = AnvilProcess(state_file=None).start()
+        self.anvil = new_anvil(self.options).start()
         try:
             await trio.to_thread.run_sync(lambda: self.open_observer(self.anvil.url, fresh=True))
             return await self._run_on(self.anvil.url)
@@ -157,9 +164,11 @@ class ProcessNetwork(Network):
         client_ports = free_ports(len(self.plan.jobs))
         for job, port in zip(self.plan.jobs, client_ports):
             name = self.client_dirs[job.index]
+            cheat = {"cheat": self.infos[name].cheat} if self.infos[name].cheat else {}
             init_node_dir(self.node_dir(name), node_seed(self.options.seed, name),
                           {"roles": [CLIENT], "chain": url, "metrics_listen": "", "log_file": "node.log",
-                           "listen": f"/ip4/127.0.0.1/tcp/{port}", "bootstrap": [addresses[p] for p in job.providers]})
+                           "listen": f"/ip4/127.0.0.1/tcp/{port}", "bootstrap": [addresses[p] for p in job.providers],
+                           "settlement": self.options.settlement, **cheat})
         self.env = env
         for name in [n.name for n in staked] + list(self.client_dirs.values()):
             self.commands[name] = [*CHILD, "node", "start", "--data-dir", str(self.node_dir(name))]
@@ -192,6 +201,8 @@ class ProcessNetwork(Network):
             self.segments[-1].chain_now = await self.chain_time()
             await self.read_balances("end of the run")
             mismatches = await self.mismatches()
+            nets = await trio.to_thread.run_sync(self.ledger.nets, self._settlement) \
+                if self.options.settlement == "2" else {}
             nursery.cancel_scope.cancel()
         self._stop_all()
         for name, peak in self.peak_rss.items():
@@ -205,6 +216,7 @@ class ProcessNetwork(Network):
         self.recover_job_ids()
         records = self.records(memory)
         records.mismatches = mismatches
+        records.nets = nets  # the auditors' replays (`records.audited`) stay in their processes
         return records
 
     async def resubmit(self, sub: Submission) -> None:
@@ -262,16 +274,19 @@ class ProcessNetwork(Network):
             raise LaunchError(f"{len(pending)} node(s) did not start within {timeout:g} s: {', '.join(sorted(pending))}")
 
     async def _submit(self, sub: Submission, job: JobPlan, addresses: dict[str, str], env: dict[str, str]) -> None:
-        o = self.options
+        from ..roles.chain import ETHER
+
         name = self.client_dirs[job.index]
-        bootstrap = addresses[job.providers[0]]
+        o = self.submit_options([addresses[provider] for provider in job.providers])
         command = [*CHILD, "submit", sub.job_file, "--data-dir", str(self.node_dir(name)),
-                   "--bootstrap", bootstrap, "--providers", str(o.replicas), "--price", "1", "--stake", "1",
+                   "--bootstrap", o.provider_addrs[0], "--providers", str(o.providers),
+                   "--price", f"{o.price / ETHER:g}", "--stake", f"{o.stake / ETHER:g}",
                    "--accept-within", str(o.accept_within), "--commit-within", str(o.commit_within),
                    "--challenge-within", str(o.challenge_within), "--move-timeout", str(o.move_timeout),
-                   "--clock", str(o.clock), "--wait", "--json", "--log-level", "info"]
-        for provider in job.providers:
-            command += ["--provider", addresses[provider]]
+                   "--clock", str(o.clock), "--step-cost-scale", str(o.step_cost_scale),
+                   "--wait", "--json", "--log-level", "info"]
+        for addr in o.provider_addrs:
+            command += ["--provider", addr]
         log_path = self.node_dir(name) / "process.log"
         with open(log_path, "ab") as log_file:
             process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=log_file,

@@ -133,8 +133,6 @@ def run_testnet(options: TestnetOptions, out: Path, *, mode: str = IN_PROCESS, c
     if mode == IN_PROCESS:
         network: Any = InProcessNetwork(plan, out, chain=chain, clock=clock,
                                         on_progress=(display.update if display else None))
-    elif options.settlement == "2":
-        raise ValueError("settlement 2 runs in-process for now (--in-process)")
     else:
         from .processes import ProcessNetwork
 
