@@ -349,7 +349,7 @@ class ClientRoleV2(ClientRole):
                 standing[key] = trace
                 return
             intervals = sorted(random.SystemRandom().sample(range(len(trace) - 1), min(m, len(trace) - 1)))
-            seat["samples"] = await self._replay(cj, training, seat, trace, intervals)
+            seat["samples"] = await self._replay(cj, training, seat, trace, intervals, closes_at=info.challenge_by)
             unserved = [int(c) + 1 for c, v in seat["samples"].items() if v is None]
             if unserved:  # a revealed seat owes its checkpoints (§7): demand one, it serves or forfeits
                 await self._demand(cj, seat, unserved[0])
@@ -370,12 +370,13 @@ class ClientRoleV2(ClientRole):
         return RESULT_CHECKED
 
     async def _replay(self, cj: ClientJob, training: Any, seat: dict, trace: tuple[bytes, ...],
-                      intervals: list[int]) -> dict[str, bool | None]:
-        """Each sampled interval: True (it checks), False (it does not), None (checkpoint not fetched)."""
+                      intervals: list[int], *, closes_at: int = 0) -> dict[str, bool | None]:
+        """Each sampled interval: True (it checks), False (it does not), None (checkpoint not fetched);
+        ``closes_at``: the seat's challengeBy, the last moment a demand of its items opens."""
         every = training.spec.checkpoint_interval
         out: dict[str, bool | None] = {}
         for c in intervals:
-            path = await self._fetch_item(cj, seat, c + 1, demand=True)
+            path = await self._fetch_item(cj, seat, c + 1, demand=True, closes_at=closes_at)
             out[str(c)] = None if path is None else await trio.to_thread.run_sync(
                 replay_interval_sync, training, path, c, trace, every)
             if path is None:
@@ -418,18 +419,21 @@ class ClientRoleV2(ClientRole):
         log.warning("job %s: %s did not deliver item %d; demanded it on chain", cj.job_id.hex()[:12],
                     seat["account"], item)
 
-    async def _fetch_item(self, cj: ClientJob, seat: dict, item: int, *, demand: bool = False) -> Path | None:
+    async def _fetch_item(self, cj: ClientJob, seat: dict, item: int, *, demand: bool = False,
+                          closes_at: int = 0) -> Path | None:
         """Item ``item`` of a revealed seat (c + 1: checkpoint c), fetched and checked against its
         revealed trace by the node's data service; None when the seat does not deliver it. With
         `demand`, a seat that answers with a refusal is demanded the item on chain before the retries:
-        demands open only in the seat's first window, which retries on a loaded network can outlast,
-        and the data service releases the demand (D back) when the item comes. A seat that does not
-        answer at all (a congested host, a network fault) is retried first and demanded after."""
+        demands open only in the seat's first window (until ``closes_at``, its challengeBy), which
+        retries on a loaded network can outlast, and the data service releases the demand (D back)
+        when the item comes. A seat that does not answer at all (a congested host, a network fault)
+        is retried first and demanded after, or before its next attempt once that attempt could
+        outlast the window (`_window_closing`): a demand that comes too late leaves the seat paid."""
         peer = ID.from_base58(seat["peer"])
         refused = False
         for attempt in range(FETCH_ATTEMPTS):
             if attempt:  # a seat's data service serves once it read its own reveal on chain
-                if demand and refused:
+                if demand and (refused or await self._window_closing(closes_at)):
                     await self._demand(cj, seat, item)
                 await trio.sleep(FETCH_RETRY_DELAY * 2 ** (attempt - 1))
             try:
@@ -444,6 +448,17 @@ class ClientRoleV2(ClientRole):
                 refused = isinstance(error, RemoteError)
                 log.info("job %s: item %d of %s: %s", cj.job_id.hex()[:12], item, seat["account"], error)
         return None
+
+    async def _window_closing(self, closes_at: int) -> bool:
+        """Whether a demand sent after one more fetch attempt could come too late for a window that
+        closes at ``closes_at`` (chain time; 0: no window): an attempt may take two request timeouts
+        (the stream's opening, then the transfer), and the demand's transaction Δ to land."""
+        if not closes_at:
+            return False
+        chain = self.ctx.chain
+        now = max(await chain.run(chain.chain.now), int(time.time()))
+        margin = (await chain.run(chain.settlement.chain_settings)).margin
+        return now + 2 * self.ctx.config.request_timeout + margin >= closes_at
 
     async def _fetch_result(self, cj: ClientJob, training: Any, standing: dict[str, tuple[bytes, ...]]) -> bool:
         """The final checkpoint of a standing seat, checked against its trace[C]; trace.json from the chain."""

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from contracts import ETHER, Role
@@ -100,16 +101,24 @@ def watch_retries(net: Network, job_id: bytes, seats: tuple[str, ...]) -> dict[s
     return seen
 
 
+# The step cost the terms declare, times the estimate: 1 makes the seats' challenge window (a whole
+# replay, s·T·σ + 2Δ) shorter than one more fetch attempt and a demand's Δ, so a seat that answered
+# nothing is demanded before the client tries again; 400 makes it minutes, and the seat is retried first.
+WINDOW_CLOSING, WINDOW_OPEN = 1.0, 400.0
+
+
+@pytest.mark.parametrize("step_cost_scale", [WINDOW_CLOSING, WINDOW_OPEN])
 @trio_test(timeout=240)
 async def test_a_stonewalling_seat_forfeits_unless_it_serves_a_witness_and_then_the_client_pays_only_the_residual(
-        tmp_path):
+        tmp_path, step_cost_scale):
     async with trio.open_nursery() as nursery:
         net, stonewall, witness = await stonewalling_network(nursery, tmp_path)
         client, honest, mute = net.accounts
         walled = stonewall.chain.account
         books = await Books.open(net.settlement, net.accounts + [walled, witness.chain.account])
         s = net.settlement
-        job_id, cj = await submit_with_adversary_seat(net, SubmitOptions(providers=3, accept_within=120))
+        job_id, cj = await submit_with_adversary_seat(net, SubmitOptions(providers=3, accept_within=120,
+                                                                         step_cost_scale=step_cost_scale))
         assert set(await on_chain(s.seats, job_id)) == {honest, walled, mute}
         trace = await trio.to_thread.run_sync(computed_trace, net.job_file)
         assert trace[0] == (await on_chain(s.job, job_id)).initial_state
@@ -135,8 +144,9 @@ async def test_a_stonewalling_seat_forfeits_unless_it_serves_a_witness_and_then_
         summary = await settled(net, job_id)
         assert summary["status"] == "FINALIZED" and summary["result_from"]
         # the seat that refused was demanded before the client tried again (retries on a loaded network
-        # can outlast the window demands open in); the one that answered nothing, after its retries
-        assert demanded_before_retry == {walled: True, mute: False}
+        # can outlast the window demands open in); the one that answered nothing, after its retries,
+        # unless one more attempt could outlast its window
+        assert demanded_before_retry == {walled: True, mute: step_cost_scale == WINDOW_CLOSING}
         assert (await on_chain(s.seat, job_id, mute)).forfeit == ForfeitReason.UNAVAILABLE
         for seat in (honest, walled):
             assert (await on_chain(s.seat, job_id, seat)).status == SeatStatus.PAID
