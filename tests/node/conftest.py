@@ -5,6 +5,7 @@ import functools
 import os
 from contextlib import AsyncExitStack, asynccontextmanager
 
+import pytest
 import trio
 from libp2p.exceptions import BaseLibp2pError
 
@@ -67,3 +68,21 @@ async def read_until_closed(stream, *, timeout: float) -> bytes:
             if not chunk:
                 return data
             data += chunk
+
+
+@pytest.fixture
+def thread_limits_restored(monkeypatch):
+    """For a test that runs `gavel testnet` in this process: the command limits the process to one
+    compute thread, and the tests after it get theirs back."""
+    import numba
+
+    from node.testnet.threads import THREAD_ENV
+
+    for name in THREAD_ENV:
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
+    threads = numba.get_num_threads()
+    yield
+    numba.set_num_threads(threads)

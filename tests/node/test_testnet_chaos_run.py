@@ -3,31 +3,15 @@ the anvil chain killed and started afresh once, and the report's invariants chec
 from __future__ import annotations
 
 import json
-import os
 
-import numba
 import pytest
 
 from contracts import find_anvil
 from node.cli import testnet as testnet_cli
 from node.testnet.invariants import INVARIANTS
-from node.testnet.threads import THREAD_ENV
 
-pytestmark = [pytest.mark.slow, pytest.mark.anvil,
+pytestmark = [pytest.mark.slow, pytest.mark.anvil, pytest.mark.usefixtures("thread_limits_restored"),
               pytest.mark.skipif(find_anvil() is None, reason="anvil not installed: run `npm install` at the repository root")]
-
-
-@pytest.fixture(autouse=True)
-def thread_limits_restored(monkeypatch):
-    """The command limits this process to one compute thread; the tests after it get theirs back."""
-    for name in THREAD_ENV:
-        if name in os.environ:
-            monkeypatch.setenv(name, os.environ[name])
-        else:
-            monkeypatch.delenv(name, raising=False)
-    threads = numba.get_num_threads()
-    yield
-    numba.set_num_threads(threads)
 
 
 def test_a_chaos_run_of_processes_kills_restarts_and_keeps_its_invariants(tmp_path, capsys):

@@ -2,30 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
 
-import numba
 import pytest
 
 from node.cli import testnet as testnet_cli
-from node.testnet.threads import THREAD_ENV
 
 from .test_roles_support import advance_embedded_chain
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def thread_limits_restored(monkeypatch):
-    """The command limits this process to one compute thread; the tests after it get theirs back."""
-    for name in THREAD_ENV:
-        if name in os.environ:
-            monkeypatch.setenv(name, os.environ[name])
-        else:
-            monkeypatch.delenv(name, raising=False)
-    threads = numba.get_num_threads()
-    yield
-    numba.set_num_threads(threads)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("thread_limits_restored")]
 
 
 def test_a_small_in_process_testnet_catches_its_cheater_and_serves_every_client(tmp_path, capsys):

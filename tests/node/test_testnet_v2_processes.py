@@ -8,31 +8,16 @@ from __future__ import annotations
 import json
 import os
 
-import numba
 import pytest
 
 from contracts import find_anvil
 from node.cli import testnet as testnet_cli
-from node.testnet.threads import THREAD_ENV
 
-pytestmark = [pytest.mark.slow, pytest.mark.anvil,
+pytestmark = [pytest.mark.slow, pytest.mark.anvil, pytest.mark.usefixtures("thread_limits_restored"),
               pytest.mark.skipif(find_anvil() is None, reason="anvil not installed: run `npm install` at the repository root")]
 
 # strategies the roles end without a game, each by a forfeit the contract records
 EXPECTED_FORFEIT = {"silent-seat": "NO_REVEAL", "copy-root": "NO_REVEAL"}
-
-
-@pytest.fixture(autouse=True)
-def thread_limits_restored(monkeypatch):
-    """The command limits this process to one compute thread; the tests after it get theirs back."""
-    for name in THREAD_ENV:
-        if name in os.environ:
-            monkeypatch.setenv(name, os.environ[name])
-        else:
-            monkeypatch.delenv(name, raising=False)
-    threads = numba.get_num_threads()
-    yield
-    numba.set_num_threads(threads)
 
 
 def test_a_v2_testnet_of_processes_makes_its_cheaters_forfeit_and_pays_the_honest(tmp_path, capsys):
