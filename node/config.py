@@ -37,7 +37,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("roles", list, [], "roles this node plays", "--role", ROLES),
     Setting("chain", str, "embedded", "settlement chain: 'embedded' (in-process EVM) or a JSON-RPC URL", "--chain"),
     Setting("contract", str, "", "settlement contract address; empty: this process's embedded one, or the canonical dev deployment on a URL chain", "--contract"),
-    Setting("settlement", str, "1", "version of the settlement contract the node plays: 1 (today's roles) or 2 (commit-reveal, the claim game, demands: docs/economics.md; its roles are being built)", "--settlement", ("1", "2")),
+    Setting("settlement", str, "1", "version of the settlement contract the node plays: 1 (today's roles) or 2 (commit-reveal, the claim game, demands: docs/economics.md, docs/roles-v2.md)", "--settlement", ("1", "2")),
     Setting("stake", str, "10", "ether a provider or auditor stakes when it registers", "--stake"),
     Setting("price_per_step", str, "0", "provider: the least ether per training step it takes a job for", "--price-per-step"),
     Setting("capacity", int, 1, "provider: jobs it trains at once", "--capacity"),
