@@ -69,6 +69,7 @@ from ...errors import LocalError, PeerError
 from ...training_oracle import TrainingOracle, protocol_program
 from ..chain import chain_failures, describe_chain_error
 from .duty_state import DutyState
+from .replays import ReplayOracle, own_replay
 
 log = logging.getLogger(__name__)
 
@@ -78,23 +79,6 @@ STATE_FILE = "auditor.json"
 CheckpointSource = Callable[[bytes, str, int], Awaitable[Any]]  # (job, seat, c) -> checkpoint c's state, checked
 # (job, seat, c, our replay's steps list) -> None: the seat's signed steps list asked for and kept
 ToldStepsSource = Callable[[bytes, str, int, list], Awaitable[None]]
-
-
-class ReplayOracle(TrainingOracle):
-    """The job's own program run over one interval from a seat's checkpoint: the auditor's lists."""
-
-    def __init__(self, training: Any, c: int, start: Any, *, program: Any = None) -> None:
-        super().__init__(training, program=program)
-        self.c, self._start = c, start
-
-    def checkpoint_state(self, c: int) -> Any:
-        if c != self.c:
-            raise LocalError(f"this replay starts at checkpoint {self.c}, not {c}")
-        return self._start
-
-    def state_after(self, s: int) -> Any:
-        c = self.schedule.interval_of_step(s)
-        return self._interval_states(c)[s - self.schedule.checkpoint_step(c)]
 
 
 @dataclass
@@ -176,6 +160,8 @@ class Auditor:
         self.checked: set[bytes] = set()                            # node claims whose ruling was checked
         self.moves: list[tuple[str, bytes]] = []                    # (move, claim) sent, in order
         self._programs: dict[bytes, Any] = {}
+        self._own_runs: dict[bytes, TrainingOracle] = {}  # job -> our run of it from its initial state
+        self._own_lock = trio.Lock()  # one own run trains at a time (two roots of a job share it)
         self.state = DutyState(data_dir, STATE_FILE)
         self.state.restore(self._restore)
         self.challenger = None  # with the node's duels and a way to the seats' outputs: the fourth level
@@ -364,6 +350,7 @@ class Auditor:
         for key in [k for k in self.replays if k[0] == job_id]:
             del self.replays[key]
         self._programs.pop(job_id, None)
+        self._own_runs.pop(job_id, None)
         await self._save()
 
     # -- auditing -----------------------------------------------------------------------
@@ -385,9 +372,11 @@ class Auditor:
                 return results
             try:
                 oracle = await self._replay(e.job_id, e.trace_root, c)
-            except (PeerError, LocalError) as error:  # the seat does not serve it: a demand's business (§7)
+            except (PeerError, LocalError) as error:  # the seat does not serve it: from our own run (`replays`)
                 log.warning("auditor: job %s: checkpoint %d of %s: %s", e.job_id.hex()[:12], c, e.seat, error)
-                continue
+                if (oracle := await self._own_replay(e.job_id, e.trace_root, trace, c)) is None:
+                    continue
+                c = oracle.c
             ours = await trio.to_thread.run_sync(claim_lists.steps_list, oracle, c)
             self.replayed_lists.setdefault((e.job_id, e.trace_root), {})[c] = ours
             for seat in [e.seat, *self.co_seats.get((e.job_id, e.trace_root), [])]:
@@ -438,6 +427,18 @@ class Auditor:
                 raise LocalError(f"job {job_id.hex()[:12]} settled: its audit of this root is over")
             self.replays[key] = ReplayOracle(training, c, start, program=program)
         return self.replays[key]
+
+    async def _own_replay(self, job_id: bytes, root: bytes, trace: tuple[bytes, ...], c: int) -> ReplayOracle | None:
+        """Our replay of interval c (or of the first wrong one before it) from our own run of the job;
+        None once the job settled."""
+        if (job_id, root) not in self.audits:
+            return None
+        if job_id not in self._own_runs:
+            self._own_runs[job_id] = TrainingOracle(await self.training_of(job_id), program=self._programs.get(job_id))
+        async with self._own_lock:
+            oracle = await trio.to_thread.run_sync(own_replay, self._own_runs[job_id], trace, c)
+        self.replays[(job_id, root, oracle.c)] = oracle
+        return oracle
 
     async def challenge(self, job_id: bytes, root: bytes, c: int) -> bytes | None:
         """Open the game on interval c of the root (or join it) and watch it; its id, or None."""

@@ -236,3 +236,68 @@ async def test_an_audit_still_running_when_its_job_settles_stops_without_an_erro
     settled = LoggedEvent(JobSettled(jid, JobStatus.FINALIZED, 1), 0, bytes(32), 0)
     await auditor.on_settled(settled)  # as the follower hands it while the audit task waits its turn
     assert await auditor.audit(reveal) == {} and fetched == []
+
+
+@trio_test(180)
+async def test_an_auditor_that_is_served_no_checkpoint_replays_from_its_own_run_and_still_catches_the_cheat(
+        cast_v2, runs, tmp_path):
+    """No seat serves the auditor a checkpoint (a congested network, or seats that keep them from
+    auditors): it runs the job from its initial state itself, which the challenge window allows for,
+    and disputes the cheated interval from its own state there, which is the cheater's too."""
+    from node.errors import PeerTimeout
+
+    w = cast_v2
+    honest, cheat, cheated_node = runs
+    account = auditor_of(w)
+    jid = revealed_job(w, (honest, cheat))
+    honest_seat, cheater = w.providers[:2]
+    pump, spawn = EventPump(w.settlement), Spawner()
+    asked: list[tuple[str, int]] = []
+
+    async def training_of(job_id):
+        await trio.lowlevel.checkpoint()
+        return honest.training
+
+    async def checkpoint_of(job_id, seat, c):
+        await trio.lowlevel.checkpoint()
+        asked.append((seat, c))
+        raise PeerTimeout("opening /gavel/job-data/2.0.0 took over 14.2 s")
+
+    auditor = Auditor(binding(w, account), spawn, training_of, checkpoint_of, rate=1.0, rng=random.Random(1))
+    auditor.subscribe(pump)
+    for seat, oracle in {honest_seat: honest, cheater: cheat}.items():
+        (tmp_path / seat).mkdir()
+        Defender(binding(w, seat), {jid: Seat(oracle)}, tmp_path / seat, spawn,
+                 lambda referee, evidence: duty.accept("a seat", evidence)).subscribe(pump)
+    duty = RefereeDuty(binding(w, w.client), tmp_path / "client", spawn, training_of)
+    duty.subscribe(pump)
+    await play_out(pump, spawn)
+
+    c, j = claim_lists.step_index(cheat.schedule, CHEATED_STEP)
+    assert {seat for seat, _ in asked} == {honest_seat, cheater}  # it asked each seat first
+    assert auditor.results[(jid, w.settlement.seat(jid, honest_seat).trace_root)] == {i: True for i in range(3)}
+    assert auditor.results[(jid, w.settlement.seat(jid, cheater).trace_root)] == {0: True, c: False}
+    opened = [e.event for e in w.settlement.events(0) if isinstance(e.event, GameOpened)]
+    assert [(g.trace_root, g.interval, g.opener) for g in opened] == [
+        (w.settlement.seat(jid, cheater).trace_root, c, account)]
+    picks = [e.event for e in w.settlement.events(0) if isinstance(e.event, ClaimPicked)]
+    assert [(p.level, p.index, p.author) for p in picks] == [(STEP, j, account), (NODE, cheated_node, account)]
+    assert not w.settlement.claim(picks[1].claim_id).defender_right
+
+
+def test_an_own_replay_disputes_the_first_interval_its_run_finds_wrong_not_a_later_sampled_one(runs):
+    from node.roles.v2.replays import own_replay
+    from node.training_oracle import TrainingOracle
+    from repops_cupy.hashing import state_hash
+
+    honest, cheat, _ = runs
+    trace = list(cheat.checkpoint_states())
+    c, _ = claim_lists.step_index(cheat.schedule, CHEATED_STEP)
+    later = len(trace) - 2
+    assert c < later  # a sample after the cheated interval
+    oracle = own_replay(TrainingOracle(honest.training), trace, later)
+    # from the cheated interval's start, where our own state is the cheater's: a game there starts agreed
+    assert oracle.c == c and state_hash(oracle.checkpoint_state(c)) == trace[c]
+    assert claim_lists.steps_list(oracle, c)[-1] != trace[c + 1]
+    # a trace our run agrees with is replayed where it was sampled
+    assert own_replay(TrainingOracle(honest.training), list(honest.checkpoint_states()), later).c == later
