@@ -331,6 +331,7 @@ class ClientRoleV2(ClientRole):
         training = await self._training(cj)
         terms = SignedOffer.decode(cj.record["offer"]).terms
         m = client_samples(terms.economic_terms())
+        margin = (await chain.run(s.chain_settings)).margin  # Δ: a demand's transaction lands within it
         standing: dict[str, tuple[bytes, ...]] = {}
 
         async def sample(key: str, seat: dict) -> None:
@@ -349,7 +350,8 @@ class ClientRoleV2(ClientRole):
                 standing[key] = trace
                 return
             intervals = sorted(random.SystemRandom().sample(range(len(trace) - 1), min(m, len(trace) - 1)))
-            seat["samples"] = await self._replay(cj, training, seat, trace, intervals, closes_at=info.challenge_by)
+            seat["samples"] = await self._replay(cj, training, seat, trace, intervals,
+                                                 closes_at=info.challenge_by - margin)
             unserved = [int(c) + 1 for c, v in seat["samples"].items() if v is None]
             if unserved:  # a revealed seat owes its checkpoints (§7): demand one, it serves or forfeits
                 await self._demand(cj, seat, unserved[0])
@@ -372,7 +374,7 @@ class ClientRoleV2(ClientRole):
     async def _replay(self, cj: ClientJob, training: Any, seat: dict, trace: tuple[bytes, ...],
                       intervals: list[int], *, closes_at: int = 0) -> dict[str, bool | None]:
         """Each sampled interval: True (it checks), False (it does not), None (checkpoint not fetched);
-        ``closes_at``: the seat's challengeBy, the last moment a demand of its items opens."""
+        ``closes_at``: the seat's challengeBy less Δ, the last moment a demand of its items is sent in time."""
         every = training.spec.checkpoint_interval
         out: dict[str, bool | None] = {}
         for c in intervals:
@@ -424,10 +426,10 @@ class ClientRoleV2(ClientRole):
         """Item ``item`` of a revealed seat (c + 1: checkpoint c), fetched and checked against its
         revealed trace by the node's data service; None when the seat does not deliver it. With
         `demand`, a seat that answers with a refusal is demanded the item on chain before the retries:
-        demands open only in the seat's first window (until ``closes_at``, its challengeBy), which
-        retries on a loaded network can outlast, and the data service releases the demand (D back)
-        when the item comes. A seat that does not answer at all (a congested host, a network fault)
-        is retried first and demanded after, or before its next attempt once that attempt could
+        demands open only in the seat's first window (sent by ``closes_at``, to land by its
+        challengeBy), which retries on a loaded network can outlast, and the data service releases
+        the demand (D back) when the item comes. A seat that does not answer at all (a congested
+        host, a network fault) is retried first and demanded after, or before its next attempt once that attempt could
         outlast the window (`_window_closing`): a demand that comes too late leaves the seat paid."""
         peer = ID.from_base58(seat["peer"])
         refused = False
@@ -450,15 +452,14 @@ class ClientRoleV2(ClientRole):
         return None
 
     async def _window_closing(self, closes_at: int) -> bool:
-        """Whether a demand sent after one more fetch attempt could come too late for a window that
-        closes at ``closes_at`` (chain time; 0: no window): an attempt may take two request timeouts
-        (the stream's opening, then the transfer), and the demand's transaction Δ to land."""
+        """Whether a demand sent after one more fetch attempt could come later than ``closes_at``
+        (chain time; 0: no window): an attempt may take two request timeouts (the stream's opening,
+        then the transfer)."""
         if not closes_at:
             return False
         chain = self.ctx.chain
         now = max(await chain.run(chain.chain.now), int(time.time()))
-        margin = (await chain.run(chain.settlement.chain_settings)).margin
-        return now + 2 * self.ctx.config.request_timeout + margin >= closes_at
+        return now + 2 * self.ctx.config.request_timeout >= closes_at
 
     async def _fetch_result(self, cj: ClientJob, training: Any, standing: dict[str, tuple[bytes, ...]]) -> bool:
         """The final checkpoint of a standing seat, checked against its trace[C]; trace.json from the chain."""
