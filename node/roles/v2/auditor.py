@@ -9,12 +9,14 @@ whichever seat revealed it first):
 
   sample   m = sample_size(audit_rate, C) of the C intervals, drawn at random
   replay   checkpoint c fetched from the seat (checked against trace[c] by the data service),
-           interval c recomputed with the job's own program from it (`ReplayOracle`)
+           interval c recomputed with the job's own program from it (`ReplayOracle`); the first
+           checkpoint the seat does not serve ends the fetching: the job is run once from its
+           initial state and that run checks every interval of the trace (`replays.own_audit`)
   told     each seat's signed steps list of interval c asked for too (`told_steps`): of the seat
            replayed and of every other seat that revealed the same root (the replay is shared, the
            statements are each seat's own), kept by the node's `statements_keeper` as evidence
-           (§10: an equivocation or a contradiction slashes it)
-  open     the first sampled interval whose end is not trace[c+1]: `openGame` (B_open from free
+           (§10: an equivocation or a contradiction slashes it), in the background
+  open     the first sampled (or own-run) interval whose end is not trace[c+1]: `openGame` (B_open from free
            stake), or a join when the game exists (no bond)
   pick     under each steps list a defender posts in a game it watches, the first entry unlike
            its own replay (`claim_lists.first_difference`): `pickStep`; under each node list of
@@ -52,7 +54,6 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -68,8 +69,9 @@ from protocol.sampling import sample_size
 from ...errors import LocalError, PeerError
 from ...training_oracle import TrainingOracle, protocol_program
 from ..chain import chain_failures, describe_chain_error
+from .audit_records import Audit, Followed, Watched
 from .duty_state import DutyState
-from .replays import ReplayOracle, own_replay
+from .replays import ReplayOracle, own_audit, replay_from_own_run
 
 log = logging.getLogger(__name__)
 
@@ -79,47 +81,6 @@ STATE_FILE = "auditor.json"
 CheckpointSource = Callable[[bytes, str, int], Awaitable[Any]]  # (job, seat, c) -> checkpoint c's state, checked
 # (job, seat, c, our replay's steps list) -> None: the seat's signed steps list asked for and kept
 ToldStepsSource = Callable[[bytes, str, int, list], Awaitable[None]]
-
-
-@dataclass
-class Watched:
-    """A game on a root this node audited, and what its replay of the game's interval says."""
-
-    job_id: bytes
-    root: bytes
-    interval: int
-    oracle: ReplayOracle
-    lock: trio.Lock = field(default_factory=trio.Lock)  # one recompute at a time (the oracle keeps one)
-
-
-@dataclass
-class Followed:
-    """A game on a root this node audited, as kept on disk: enough to take it up from the chain."""
-
-    job_id: bytes
-    root: bytes
-    interval: int
-    block: int                                                  # its events are at or after this block
-    answered: set[tuple[bytes, bytes]] = field(default_factory=set)  # (claim, list root) looked at
-
-    def to_record(self) -> dict:
-        return {"job": self.job_id.hex(), "root": self.root.hex(), "interval": self.interval, "block": self.block,
-                "answered": sorted(f"{c.hex()}:{r.hex()}" for c, r in self.answered)}
-
-    @classmethod
-    def from_record(cls, record: dict) -> "Followed":
-        answered = {tuple(bytes.fromhex(x) for x in pair.split(":")) for pair in record["answered"]}
-        return cls(bytes.fromhex(record["job"]), bytes.fromhex(record["root"]), int(record["interval"]),
-                   int(record["block"]), answered)
-
-
-@dataclass
-class Audit:
-    """A revealed root this node audits: the seat that revealed it first and where."""
-
-    seat: str
-    block: int     # the block of its TraceRevealed (the trace is read again from it)
-    done: bool = False
 
 
 class Auditor:
@@ -365,22 +326,21 @@ class Auditor:
             return {}
         intervals = len(trace) - 1
         sampled = sorted(self.rng.sample(range(intervals), sample_size(self.rate, intervals)))
-        results = self.results.setdefault((e.job_id, e.trace_root), {})
+        key = (e.job_id, e.trace_root)
+        results = self.results.setdefault(key, {})
         for c in sampled:
-            if (e.job_id, e.trace_root) not in self.audits:  # the job settled meanwhile: nothing left to audit
+            if key not in self.audits:  # the job settled meanwhile: nothing left to audit
                 log.info("auditor: job %s settled before its audit of %s ended", e.job_id.hex()[:12], e.seat)
                 return results
             try:
                 oracle = await self._replay(e.job_id, e.trace_root, c)
-            except (PeerError, LocalError) as error:  # the seat does not serve it: from our own run (`replays`)
-                log.warning("auditor: job %s: checkpoint %d of %s: %s", e.job_id.hex()[:12], c, e.seat, error)
-                if (oracle := await self._own_replay(e.job_id, e.trace_root, trace, c)) is None:
-                    continue
-                c = oracle.c
+            except (PeerError, LocalError) as error:  # the seat does not serve it: our own run audits it (`replays`)
+                log.warning("auditor: job %s: checkpoint %d of %s: %s; auditing from our own run", e.job_id.hex()[:12],
+                            c, e.seat, error)
+                await self._audit_own_run(e, trace, sampled[0], results)
+                break
             ours = await trio.to_thread.run_sync(claim_lists.steps_list, oracle, c)
-            self.replayed_lists.setdefault((e.job_id, e.trace_root), {})[c] = ours
-            for seat in [e.seat, *self.co_seats.get((e.job_id, e.trace_root), [])]:
-                await self._tell(e.job_id, seat, c, ours)
+            self._keep_list(e.job_id, e.trace_root, c, ours)
             results[c] = ours[-1] == trace[c + 1] and not (self.lies and c == sampled[0])
             if not results[c]:
                 log.warning("auditor: job %s: %s's interval %d does not replay to its trace", e.job_id.hex()[:12],
@@ -389,11 +349,49 @@ class Auditor:
                 break
             self.replays.pop((e.job_id, e.trace_root, c), None)  # a right interval is no game's: its replay is not kept
         log.info("auditor: job %s: root of %s replayed at %s", e.job_id.hex()[:12], e.seat, results)
-        audit = self.audits.get((e.job_id, e.trace_root))
+        audit = self.audits.get(key)
         if audit is not None:
             audit.done = True
             await self._save()
         return results
+
+    async def _audit_own_run(self, e: TraceRevealed, trace: tuple[bytes, ...], lie_at: int,
+                             results: dict[int, bool]) -> None:
+        """The rest of an audit from our own run of the job: every interval of the trace checked, the
+        first wrong one replayed and disputed (a false challenger disputes ``lie_at``)."""
+        job_id, root = e.job_id, e.trace_root
+        try:
+            if job_id not in self._own_runs:
+                self._own_runs[job_id] = TrainingOracle(await self.training_of(job_id),
+                                                        program=self._programs.get(job_id))
+        except (PeerError, LocalError) as error:
+            log.warning("auditor: job %s: no own run: %s", job_id.hex()[:12], error)
+            return
+        if (job_id, root) not in self.audits:
+            return
+        own = self._own_runs[job_id]
+        async with self._own_lock:  # one own run trains at a time (the roots of a job share it)
+            if self.lies:
+                checked, oracle = {lie_at: False}, await trio.to_thread.run_sync(replay_from_own_run, own, lie_at)
+            else:
+                checked, oracle = await trio.to_thread.run_sync(own_audit, own, trace)
+        if (job_id, root) not in self.audits:  # settled while it trained: nothing is due any more
+            return
+        results.update(checked)
+        if oracle is None:
+            return
+        self.replays[(job_id, root, oracle.c)] = oracle
+        ours = await trio.to_thread.run_sync(claim_lists.steps_list, oracle, oracle.c)
+        self._keep_list(job_id, root, oracle.c, ours)
+        log.warning("auditor: job %s: our own run finds %s's interval %d wrong", job_id.hex()[:12], e.seat, oracle.c)
+        await self.challenge(job_id, root, oracle.c)
+
+    def _keep_list(self, job_id: bytes, root: bytes, c: int, ours: list) -> None:
+        """Our steps list of a replayed interval, kept for seats that reveal the root later; each seat
+        of the root is asked its own in the background (the audit does not wait on a seat's answer)."""
+        self.replayed_lists.setdefault((job_id, root), {})[c] = ours
+        for seat in [self.audits[(job_id, root)].seat, *self.co_seats.get((job_id, root), [])]:
+            self.spawn(self._tell, job_id, seat, c, ours, name=f"auditor: steps of {seat}")
 
     async def _tell(self, job_id: bytes, seat: str, c: int, ours: list) -> None:
         """Seat's signed steps list of interval c, asked once: of every seat that revealed an audited
@@ -427,18 +425,6 @@ class Auditor:
                 raise LocalError(f"job {job_id.hex()[:12]} settled: its audit of this root is over")
             self.replays[key] = ReplayOracle(training, c, start, program=program)
         return self.replays[key]
-
-    async def _own_replay(self, job_id: bytes, root: bytes, trace: tuple[bytes, ...], c: int) -> ReplayOracle | None:
-        """Our replay of interval c (or of the first wrong one before it) from our own run of the job;
-        None once the job settled."""
-        if (job_id, root) not in self.audits:
-            return None
-        if job_id not in self._own_runs:
-            self._own_runs[job_id] = TrainingOracle(await self.training_of(job_id), program=self._programs.get(job_id))
-        async with self._own_lock:
-            oracle = await trio.to_thread.run_sync(own_replay, self._own_runs[job_id], trace, c)
-        self.replays[(job_id, root, oracle.c)] = oracle
-        return oracle
 
     async def challenge(self, job_id: bytes, root: bytes, c: int) -> bytes | None:
         """Open the game on interval c of the root (or join it) and watch it; its id, or None."""
@@ -586,4 +572,4 @@ class Auditor:
         return True
 
 
-__all__ = ["Auditor", "ReplayOracle"]
+__all__ = ["Audit", "Auditor", "ReplayOracle"]

@@ -4,9 +4,12 @@ the seat does not serve it, from the auditor's own run of the job.
 The challenge window of a seat is a whole replay of the job from its reveal (W_replay = s·T·σ + 2Δ):
 enough to run the job from its initial state, which the job's bundle carries, but with no time in it
 for moving checkpoints. On a congested network an auditor that only fetched the seat's checkpoints
-skipped every sample it could not fetch, and a cheat it found later was paid (the full v2 testnet).
-Its own run needs no transfer: the first interval whose end it computes differently from the trace
-is the one to dispute, and its own state at that interval's start is the seat's (their hashes agree).
+skipped every sample it could not fetch, and a cheat it found later was paid (the full v2 testnet);
+one that fetched again for each later sample spent a fetch timeout on each and still found the cheat
+after its window. So the first checkpoint a seat does not serve makes the audit of that root its own
+run's: the run needs no transfer and, once made, checks every interval of the trace, not only the
+sampled ones. The first interval whose end it computes differently from the trace is the one to
+dispute, and its own state at that interval's start is the seat's (their hashes agree).
 """
 from __future__ import annotations
 
@@ -33,10 +36,19 @@ class ReplayOracle(TrainingOracle):
         return self._interval_states(c)[s - self.schedule.checkpoint_step(c)]
 
 
-def own_replay(own: TrainingOracle, trace: Sequence[bytes], c: int) -> ReplayOracle:
-    """The replay of interval c from ``own`` run of the job (blocking: it trains the whole job once),
-    or of the first interval before c whose end ``own`` computes differently from ``trace``: a game on
-    c would then start from a state the trace has wrong."""
+def replay_from_own_run(own: TrainingOracle, c: int) -> ReplayOracle:
+    """The replay of interval c from ``own`` run of the job (blocking: it trains the whole job once)."""
+    return ReplayOracle(own.training, c, own.checkpoint_state(c), program=own.program())
+
+
+def own_audit(own: TrainingOracle, trace: Sequence[bytes]) -> tuple[dict[int, bool], ReplayOracle | None]:
+    """Every interval of ``trace`` checked against ``own`` run of the job (blocking: it trains the
+    whole job once): interval -> its end agrees, up to the first that does not, and the replay of that
+    one to dispute (None when the run agrees with the whole trace)."""
     hashes = own.checkpoint_states()
-    first = next((i for i in range(c) if hashes[i + 1] != trace[i + 1]), c)
-    return ReplayOracle(own.training, first, own.checkpoint_state(first), program=own.program())
+    results: dict[int, bool] = {}
+    for c in range(len(trace) - 1):
+        results[c] = hashes[c + 1] == trace[c + 1]
+        if not results[c]:
+            return results, replay_from_own_run(own, c)
+    return results, None

@@ -274,9 +274,11 @@ async def test_an_auditor_that_is_served_no_checkpoint_replays_from_its_own_run_
     await play_out(pump, spawn)
 
     c, j = claim_lists.step_index(cheat.schedule, CHEATED_STEP)
-    assert {seat for seat, _ in asked} == {honest_seat, cheater}  # it asked each seat first
+    # one fetch per seat: the first it is not served makes the rest of that audit its own run's
+    assert sorted(seat for seat, _ in asked) == sorted([honest_seat, cheater])
+    # which checks every interval, up to the first wrong one
     assert auditor.results[(jid, w.settlement.seat(jid, honest_seat).trace_root)] == {i: True for i in range(3)}
-    assert auditor.results[(jid, w.settlement.seat(jid, cheater).trace_root)] == {0: True, c: False}
+    assert auditor.results[(jid, w.settlement.seat(jid, cheater).trace_root)] == {i: i != c for i in range(c + 1)}
     opened = [e.event for e in w.settlement.events(0) if isinstance(e.event, GameOpened)]
     assert [(g.trace_root, g.interval, g.opener) for g in opened] == [
         (w.settlement.seat(jid, cheater).trace_root, c, account)]
@@ -285,19 +287,20 @@ async def test_an_auditor_that_is_served_no_checkpoint_replays_from_its_own_run_
     assert not w.settlement.claim(picks[1].claim_id).defender_right
 
 
-def test_an_own_replay_disputes_the_first_interval_its_run_finds_wrong_not_a_later_sampled_one(runs):
-    from node.roles.v2.replays import own_replay
+def test_an_own_run_disputes_the_first_interval_it_finds_wrong_from_the_state_the_trace_agrees_with(runs):
+    from node.roles.v2.replays import own_audit
     from node.training_oracle import TrainingOracle
     from repops_cupy.hashing import state_hash
 
     honest, cheat, _ = runs
     trace = list(cheat.checkpoint_states())
     c, _ = claim_lists.step_index(cheat.schedule, CHEATED_STEP)
-    later = len(trace) - 2
-    assert c < later  # a sample after the cheated interval
-    oracle = own_replay(TrainingOracle(honest.training), trace, later)
+    assert c < len(trace) - 2  # intervals after the cheated one, which a sample could have drawn
+    results, oracle = own_audit(TrainingOracle(honest.training), trace)
+    assert results == {i: i != c for i in range(c + 1)}
     # from the cheated interval's start, where our own state is the cheater's: a game there starts agreed
     assert oracle.c == c and state_hash(oracle.checkpoint_state(c)) == trace[c]
     assert claim_lists.steps_list(oracle, c)[-1] != trace[c + 1]
-    # a trace our run agrees with is replayed where it was sampled
-    assert own_replay(TrainingOracle(honest.training), list(honest.checkpoint_states()), later).c == later
+    # a trace our run agrees with everywhere: every interval checked, nothing to dispute
+    assert own_audit(TrainingOracle(honest.training), list(honest.checkpoint_states())) == (
+        {i: True for i in range(len(trace) - 1)}, None)
