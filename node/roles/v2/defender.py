@@ -49,7 +49,7 @@ import trio
 
 from contracts.settlement_v2_games import (NODE, STEP, ClaimPicked, ClaimResolved, ClaimStatus, GameOpened,
                                            ListEndorsed, ListPosted)
-from contracts.settlement_v2_referees import RefereeDrawn
+from contracts.settlement_v2_referees import AppealStage, RefereeDrawn
 from contracts.settlement_v2 import trace_root
 from protocol import claim_lists
 from protocol.claim_evidence import ClaimEvidence, build_evidence, evidence_hash
@@ -65,8 +65,8 @@ log = logging.getLogger(__name__)
 ZERO = bytes(32)
 ZERO_ADDRESS = "0x" + "00" * 20
 RECORD_FILE = "defender.json"
-SEND_ATTEMPTS = 4        # a referee that does not answer is tried again after 1, 2 and 4 s
-SEND_RETRY_DELAY = 1.0
+SEND_RETRY_DELAY = 1.0   # a referee that does not answer is tried again after 1, 2, 4, 8, 8, ... s
+SEND_RETRY_MAX = 8.0
 
 # (referee account, evidence) -> delivered; raises the host's PeerError when it was not
 EvidenceSender = Callable[[str, ClaimEvidence], Awaitable[None]]
@@ -335,23 +335,48 @@ class Defender:
 
     async def deliver(self, claim_id: bytes, referee: str | None) -> None:
         """Send the claim's evidence to `referee` (None: nobody holds the claim yet, a draw will
-        name one), retried while the referee does not answer; a failure is logged, never raised."""
+        name one), retried while the referee may still rule on it; a failure is logged, never raised.
+
+        The referee rules on what it holds Δ before its deadline (`referee.rule_overdue`), and an
+        honest one that holds nothing then rules the defenders wrong: on a congested network a few
+        quick retries gave up tens of seconds before that, and the ruling was lost."""
         if referee is None or self.send_evidence is None or referee in self.delivered.get(claim_id, ()):
             await trio.lowlevel.checkpoint()
             return
-        for attempt in range(SEND_ATTEMPTS):
-            if attempt:
-                await trio.sleep(SEND_RETRY_DELAY * 2 ** (attempt - 1))
+        for attempt in itertools.count(1):
             try:
                 await self.send_evidence(referee, self.evidence[claim_id])
             except (PeerError, LocalError) as error:
                 log.info("defender: evidence of claim %s to referee %s: %s", claim_id.hex()[:12], referee, error)
-                continue
-            self.delivered.setdefault(claim_id, set()).add(referee)
-            log.info("defender: evidence of claim %s delivered to referee %s", claim_id.hex()[:12], referee)
-            return
+            else:
+                self.delivered.setdefault(claim_id, set()).add(referee)
+                log.info("defender: evidence of claim %s delivered to referee %s", claim_id.hex()[:12], referee)
+                return
+            if not await self._referee_may_rule_on(claim_id, referee):
+                break
+            await trio.sleep(min(SEND_RETRY_DELAY * 2 ** (attempt - 1), SEND_RETRY_MAX))
         log.warning("defender: referee %s took no evidence of claim %s in %d attempts", referee,
-                    claim_id.hex()[:12], SEND_ATTEMPTS)
+                    claim_id.hex()[:12], attempt)
+
+    async def _referee_may_rule_on(self, claim_id: bytes, referee: str) -> bool:
+        """Whether evidence sent now may still be ruled on by `referee`: the claim is open, it holds
+        it (drawn, on appeal, or the refereeing client before any ruling), and its deadline less Δ is ahead."""
+        s = self.chain.settlement
+        try:
+            claim = await self.chain.run(s.claim, claim_id)
+            ruling = await self.chain.run(s.ruling, claim_id)
+            now, margin = await self.chain.run(lambda: (self.chain.chain.now(), s.chain_settings().margin))
+        except chain_failures() as error:
+            log.info("defender: claim %s: %s", claim_id.hex()[:12], describe_chain_error(error))
+            return False
+        if claim.status != ClaimStatus.OPEN:
+            return False
+        if ruling.appeal == AppealStage.OPEN:
+            deadline = ruling.appeal_rule_by if ruling.appeal_referee == referee else 0
+        else:
+            held = ruling.ruler == ZERO_ADDRESS and ruling.referee in (referee, ZERO_ADDRESS)
+            deadline = claim.rule_by if held else 0
+        return now < deadline - margin
 
     async def _referee_of(self, claim_id: bytes, claim: Defended) -> str | None:
         """Who holds the claim now: its drawn (appeal) referee, else the job's client when it referees."""

@@ -200,3 +200,61 @@ async def test_the_defender_posts_evidence_for_a_node_claim_and_hands_it_to_the_
             await pump.deliver()
         assert len(w.settlement.events(0)) == moves
         assert [evidence_hash(e) for e in received] == [posted.event.evidence_hash] * 2
+
+
+@trio_test(120)
+async def test_the_defender_sends_its_evidence_again_until_the_referee_rules_on_what_it_holds(cast_v2, runs, tmp_path,
+                                                                                             monkeypatch):
+    """A referee that does not answer is tried again while it may still rule on the evidence (its
+    deadline less Δ ahead, the claim open and unruled), not a fixed number of times: on a congested
+    network four quick tries gave up tens of seconds before the ruling, and the referee, holding
+    nothing, ruled the defender wrong. Once that point has passed, nothing is sent again."""
+    import node.roles.v2.defender as defender_module
+    from node.errors import PeerTimeout
+
+    monkeypatch.setattr(defender_module, "SEND_RETRY_DELAY", 0.001)
+    w = cast_v2
+    honest, cheat, cheated_node = runs
+    auditor = auditor_of(w)
+    jid = revealed_job(w, (honest, cheat))
+    cheater = w.providers[1]
+    c, j = claim_lists.step_index(cheat.schedule, CHEATED_STEP)
+    tries: list[int] = []
+    delivered_on = {"try": 6}  # the sixth try goes through: the old policy stopped after four
+
+    async def send(referee, evidence):
+        await trio.lowlevel.checkpoint()
+        tries.append(w.chain.now())
+        if len(tries) == delivered_on["try"]:
+            return
+        raise PeerTimeout("opening /gavel/evidence/2.0.0 took over 14.2 s")
+
+    async with trio.open_nursery() as nursery:
+        defender, pump = await defend(w, cheater, jid, cheat, tmp_path, nursery, send)
+        game = w.as_(auditor).open_game(jid, trace_root(list(cheat.checkpoint_states())), c).one(GameOpened).game_id
+        await pump.deliver()
+    async with trio.open_nursery() as nursery:
+        defender.spawn = nursery.start_soon
+        step = w.as_(auditor).pick_step(game, list_root(claim_lists.steps_list(cheat, c)), j).one(ClaimPicked).claim_id
+        await pump.deliver()
+    async with trio.open_nursery() as nursery:
+        defender.spawn = nursery.start_soon
+        nodes = claim_lists.node_list(cheat, CHEATED_STEP)
+        node = w.as_(auditor).pick_node(step, list_root(nodes), cheated_node).one(ClaimPicked).claim_id
+        await pump.deliver()
+    assert len(tries) == 6 and w.client in defender.delivered[node]
+
+    # restarted, with a referee that never answers: tried until its deadline less Δ, then no more
+    tries.clear()
+    delivered_on["try"] = 0
+    due = w.settlement.claim(node).rule_by - w.settlement.chain_settings().margin
+
+    async def send_until_due(referee, evidence):
+        if len(tries) == 8:
+            w.chain.mine(due)  # the referee now rules on what it holds
+        await send(referee, evidence)
+
+    async with trio.open_nursery() as nursery:
+        again, pump = await defend(w, cheater, jid, cheat, tmp_path, nursery, send_until_due)
+        await pump.deliver()
+    assert len(tries) == 9 and tries[-1] == due and node not in again.delivered
