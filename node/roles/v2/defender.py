@@ -501,7 +501,7 @@ def start_defender(ctx: Any) -> Defender:
     evidence to referees and its node outputs to claimants over libp2p, and playing the defender's
     side of the node's duels; the provider role calls this, the first call starts it."""
     from .duels import DEFENDER, start_duels
-    from .evidence_protocol import evidence_sender
+    from .evidence_protocol import evidence_sender, serve_evidence_of
     from .node_output_protocol import serve_node_outputs
 
     if ctx not in _started:
@@ -509,6 +509,7 @@ def start_defender(ctx: Any) -> Defender:
                                             evidence_sender(ctx))
         defender.subscribe(ctx.follower)
         serve_node_outputs(ctx.host, defender.node_output)
+        serve_evidence_of(ctx.host, defender.evidence.get)  # a referee the pushes did not reach asks
         start_duels(ctx).serve(DEFENDER, defender.duel_material)
     return _started[ctx]
 

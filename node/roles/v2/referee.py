@@ -21,7 +21,10 @@ enough to rule the defenders right; the referee rules them wrong only once every
 posted on chain has arrived and none held, so a co-seat's bad evidence cannot sink a list.
 Evidence that was posted and never sent cannot stall the referee into losing its bond: Δ
 before the deadline it rules on what it holds (`rule_overdue`, on its own timer), and with
-nothing that holds, the defenders wrong (the transcript then carries no evidence).
+nothing that holds, the defenders wrong (the transcript then carries no evidence). Before that
+it asks each seat that posted evidence it does not have for it (`pull`, /gavel/evidence-of/2.0.0),
+again until the ruling is due: on a congested network a push can fail for the whole window, and an
+appeal that overturns a ruling made on nothing costs an honest referee its bond.
 
 The fourth level comes first (docs/onchain-step.md): on a job whose terms carry an
 elementSpecRoot, a claim on a node whose operator has an element program may be played on
@@ -35,6 +38,7 @@ taken (under ``referee/``), and the jobs this node referees as their client (``r
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 import weakref
@@ -54,7 +58,7 @@ from protocol.claim_evidence import (
 from protocol.step_programs import COVERED
 
 from ...atomic_file import write_atomic
-from ...errors import LocalError
+from ...errors import LocalError, PeerError
 from ...streams import RequestRefused
 from ..chain import chain_failures, describe_chain_error
 from .duels import SpecRoots
@@ -68,10 +72,13 @@ TRANSCRIPT_DIR = "transcripts"
 HELD_DIR = "referee"  # the claims held and the evidence taken, kept across a restart
 STATE_FILE = "referee.json"  # the jobs this node referees as their client
 REFEREE_POLL = 5.0
+PULL_DELAY = 2.0  # the defender's push usually comes first; then asked after 2, 4, 8, 8, ... s
+PULL_MAX = 8.0
 NO_EVIDENCE = Judgement(False, "no evidence that holds arrived before the ruling was due", b"")
 RULE, RULE_APPEAL = "rule", "ruleAppeal"
 
 TrainingSource = Callable[[bytes], Awaitable[Any]]  # job id -> its TrainingProgram
+EvidenceFetch = Callable[[str, bytes], Awaitable[ClaimEvidence]]  # (seat, claim) -> the evidence it posted
 
 
 @dataclass(frozen=True)
@@ -105,11 +112,14 @@ class RefereeDuty:
 
     `training_of(job_id)` gives the job's training program (its program and batches);
     `spawn` starts a background task (`RoleContext.start_soon` in a node); `behaviour` an
-    `adversaries.RefereeBehaviour` (tests and testnets: a colluding or stalling client)."""
+    `adversaries.RefereeBehaviour` (tests and testnets: a colluding or stalling client); `fetch`
+    asks a seat for the evidence it posted, when its push has not arrived (`pull`)."""
 
     def __init__(self, chain: Any, data_dir: Path, spawn: Callable[..., None], training_of: TrainingSource,
-                 behaviour: Any = None) -> None:
+                 behaviour: Any = None, fetch: EvidenceFetch | None = None) -> None:
         self.chain = chain  # node.roles.chain.ChainBinding
+        self.fetch = fetch
+        self._pulling: set[bytes] = set()                       # node claims a pull task is running for
         self.transcripts = Path(data_dir) / TRANSCRIPT_DIR
         self.held_dir = Path(data_dir) / HELD_DIR
         self.spawn = spawn
@@ -194,6 +204,8 @@ class RefereeDuty:
             held = await self._held(claim_id)
             if held is not None and held.job_id in self.refereed_jobs:
                 await trio.to_thread.run_sync(self._hold, claim_id)
+        if claim_id in self.holding:
+            self._start_pull(claim_id)
         await trio.lowlevel.checkpoint()
 
     async def on_referee_drawn(self, logged: Any) -> None:
@@ -203,6 +215,7 @@ class RefereeDuty:
             await trio.to_thread.run_sync(self._hold, e.claim_id)
             if e.claim_id in self.evidence:
                 self.spawn(self.rule_claim, e.claim_id, name=f"referee: claim {e.claim_id.hex()[:12]}")
+            self._start_pull(e.claim_id)
         await trio.lowlevel.checkpoint()
 
     # -- evidence ---------------------------------------------------------------------
@@ -225,6 +238,54 @@ class RefereeDuty:
         await trio.to_thread.run_sync(self._hold, claim_id, evidence)
         log.info("referee: evidence %s for claim %s from %s", digest.hex()[:12], claim_id.hex()[:12], peer)
         self.spawn(self.rule_claim, claim_id, name=f"referee: claim {claim_id.hex()[:12]}")
+
+    def _start_pull(self, claim_id: bytes) -> None:
+        if self.fetch is not None and claim_id not in self._pulling:
+            self._pulling.add(claim_id)
+            self.spawn(self.pull, claim_id, name=f"referee: pull evidence {claim_id.hex()[:12]}")
+
+    async def pull(self, claim_id: bytes) -> None:
+        """Ask each seat that posted evidence for a claim this node holds, and whose evidence has not
+        arrived, for it: after PULL_DELAY, then twice as long each time (at most PULL_MAX) until every posted
+        evidence is here, the claim is no longer this node's to rule, or its ruling is due (then it
+        rules on what it holds). What a seat answers is taken like a push (`accept`)."""
+        try:
+            for attempt in itertools.count(1):
+                await trio.sleep(min(PULL_DELAY * 2 ** (attempt - 1), PULL_MAX))
+                missing = await self._missing(claim_id)
+                if not missing:
+                    return
+                for seat in missing:
+                    try:
+                        evidence = await self.fetch(seat, claim_id)
+                        await self.accept(f"{seat} (asked)", evidence)
+                    except (PeerError, LocalError, RequestRefused) as error:
+                        log.info("referee: claim %s: evidence of %s not had: %s", claim_id.hex()[:12], seat, error)
+        except chain_failures() as error:
+            log.info("referee: claim %s: pulling evidence: %s", claim_id.hex()[:12], describe_chain_error(error))
+        finally:
+            self._pulling.discard(claim_id)
+
+    async def _missing(self, claim_id: bytes) -> list[str]:
+        """The seats whose posted evidence for the claim has not arrived, while this node still rules
+        it and its ruling is not yet due; else none."""
+        s, chain = self.chain.settlement, self.chain.chain
+        held = await self._held(claim_id)
+        if held is None or (move := await self._duty(held)) is None or (claim_id, move) in self.ruled:
+            return []
+        claim = await self.chain.run(s.claim, claim_id)
+        ruling = await self.chain.run(s.ruling, claim_id)
+        now, margin = await self.chain.run(lambda: (chain.now(), s.chain_settings().margin))
+        if now >= self._deadline(claim, ruling) - margin:
+            return []
+        have = self.evidence.get(claim_id, {})
+        answers = [(seat, await self.chain.run(s.answer_of, claim_id, seat))
+                   for seat in await self.chain.run(s.seats, held.job_id)]
+        return [seat for seat, digest in answers if digest != ZERO and digest not in have]
+
+    def _deadline(self, claim: Any, ruling: Any) -> int:
+        """The time this node's ruling on the claim is due by (on appeal, the appeal's)."""
+        return ruling.appeal_rule_by if ruling.appeal_referee == self.chain.account else claim.rule_by
 
     async def _held(self, claim_id: bytes) -> HeldClaim | None:
         """The node claim and its step claim and game as the chain holds them; None unless an open node claim."""
@@ -286,6 +347,8 @@ class RefereeDuty:
     # -- ruling -----------------------------------------------------------------------
 
     async def run(self, *, poll: float = REFEREE_POLL) -> None:
+        for claim_id in sorted(self.holding):  # held before a restart: what has not arrived is asked again
+            self._start_pull(claim_id)
         while True:
             await self.rule_overdue()
             await trio.sleep(poll)
@@ -308,7 +371,7 @@ class RefereeDuty:
                     self.holding.discard(claim_id)
                     shutil.rmtree(self.held_dir / claim_id.hex(), ignore_errors=True)
                     continue
-                deadline = ruling.appeal_rule_by if ruling.appeal_referee == self.chain.account else claim.rule_by
+                deadline = self._deadline(claim, ruling)
                 if deadline and now >= deadline - margin:
                     ruled = await self.rule_claim(claim_id, due=True)
                     sent += [ruled] if ruled is not None else []
@@ -426,8 +489,11 @@ def start_referee(ctx: Any, reach: Callable[[str], Awaitable[Any]] | None = None
     if ctx not in _started:
         from .adversaries import referee_behaviour
 
+        from .evidence_protocol import evidence_fetcher
+
         duty = _started[ctx] = RefereeDuty(ctx.chain, ctx.config.data_dir, ctx.start_soon,
-                                           training_source(ctx, reach), referee_behaviour(ctx.config.cheat))
+                                           training_source(ctx, reach), referee_behaviour(ctx.config.cheat),
+                                           evidence_fetcher(ctx))
         duty.subscribe(ctx.follower)
         duty.serve(ctx.host)
         ctx.start_soon(duty.run, name="referee duty")
@@ -458,7 +524,6 @@ def training_source(ctx: Any, reach: Callable[[str], Awaitable[Any]] | None = No
 
 async def _fetch_bundle(ctx: Any, job_id: bytes, reach: Callable[[str], Awaitable[Any]]) -> Path:
     """The job's bundle from the first revealed seat that serves it (each owes it, §7)."""
-    from ...errors import PeerError
     from .data import BUNDLE_ITEM
 
     chain = ctx.chain

@@ -96,6 +96,7 @@ class ClaimRoles:
         self.keepers = []
         self.seats = seats
         self.silent: set[str] = set()  # seats whose evidence never leaves them (posted, never sent)
+        self.pushes_lost: set[str] = set()  # seats whose pushes never arrive, though they answer an ask
         for seat, oracle in seats.items():
             send = (lambda referee, evidence, seat=seat: self.send(referee, evidence, seat))
             self.defenders[seat] = Defender(binding(w, seat), {jid: _Seat(oracle)}, self._dir(seat), self.spawn, send)
@@ -116,16 +117,30 @@ class ClaimRoles:
         return self.training
 
     async def send(self, referee: str, evidence: Any, seat: str) -> None:
-        if referee not in self.duties or seat in self.silent:  # a referee that runs no duty here takes the evidence and ignores it
+        if referee not in self.duties or seat in self.silent or seat in self.pushes_lost:  # a referee that runs no duty here takes the evidence and ignores it
             await trio.lowlevel.checkpoint()
             return
         await self.duties[referee].accept(f"seat to {referee}", evidence)
 
-    def referee(self, account: str, behaviour: Any = None) -> Any:
+    async def fetch(self, seat: str, claim_id: bytes) -> Any:
+        """A referee's ask for the evidence a seat posted (`RefereeDuty.pull`): a silent seat never answers."""
+        from node.errors import PeerTimeout
+        from node.streams import RequestRefused
+
+        await trio.lowlevel.checkpoint()
+        if seat in self.silent:
+            raise PeerTimeout("opening /gavel/evidence-of/2.0.0 took over 14.2 s")
+        evidence = self.defenders[seat].evidence.get(claim_id)
+        if evidence is None:
+            raise RequestRefused(f"no evidence of claim {claim_id.hex()} here")
+        return evidence
+
+    def referee(self, account: str, behaviour: Any = None, *, pulls: bool = False) -> Any:
+        """The account's RefereeDuty; with `pulls`, it asks the seats for evidence their pushes did not bring."""
         from node.roles.v2.referee import RefereeDuty
 
         self.duties[account] = RefereeDuty(binding(self.w, account), self._dir(account), self.spawn, self.training_of,
-                                           behaviour)
+                                           behaviour, self.fetch if pulls else None)
         self.duties[account].subscribe(self.pump)
         return self.duties[account]
 

@@ -245,3 +245,69 @@ async def test_evidence_posted_and_never_sent_is_ruled_against_before_the_refere
     assert (event.claim_id, event.defender_right, event.transcript_hash) == (claim, False, ruled.transcript_hash)
     assert Transcript.decode(ruled.path.read_bytes()).evidence == b""
     assert w.settlement.node(w.client) == client_before  # the bond is locked as before, nothing burned
+
+
+@trio_test(120)
+async def test_a_referee_no_push_reaches_asks_the_seat_and_rules_the_honest_defender_right(cast_v2, runs, tmp_path,
+                                                                                          monkeypatch):
+    """The honest seat's evidence pushes are all lost (a congested network): the client's duty asks the
+    seat for the evidence it posted, takes it as it takes a push, and rules the defender right before
+    its ruling is due. Holding nothing then, it ruled the honest defender wrong, and an appeal that
+    overturned that cost the referee its bond (the full v2 testnet)."""
+    import node.roles.v2.referee as referee_module
+    from contracts import Role
+    from contracts.settlement_v2_referees import ClaimRuled
+    from node.roles.v2.referee import RULE
+    from tests.contracts.settlement_world import ed25519_key
+
+    from .claim_world import ClaimRoles
+    from .test_defender import CHEATED_STEP, revealed_job
+
+    monkeypatch.setattr(referee_module, "PULL_DELAY", 0.001)
+    w = cast_v2
+    honest, cheat, cheated_node = runs
+    jid = revealed_job(w, (honest, cheat))
+    honest_seat = w.providers[0]
+    wrong_challenger = w.outsider
+    w.as_(wrong_challenger).register(ed25519_key("wrong challenger"), Role.AUDITOR, stake=5 * 10**18)
+    roles = ClaimRoles(w, jid, {honest_seat: honest, w.providers[1]: cheat}, tmp_path, honest.training, referee=False)
+    duty = roles.referee(w.client, pulls=True)
+    roles.pushes_lost.add(honest_seat)
+    path = _picked(w, wrong_challenger, jid, honest, CHEATED_STEP, cheated_node)
+    for _ in range(3):
+        claim = next(path)
+        await roles.play()
+    ruled = [e.event for e in w.settlement.events(0) if isinstance(e.event, ClaimRuled)]
+    assert [(e.claim_id, e.defender_right) for e in ruled] == [(claim, True)]
+    assert duty.ruled[(claim, RULE)].judgement.defender_right
+    assert w.chain.now() < w.settlement.claim(claim).rule_by - w.settlement.chain_settings().margin  # not when due
+    assert not duty._pulling  # the ask ended with the evidence in
+
+
+@trio_test(60)
+async def test_a_seat_answers_an_ask_for_its_evidence_over_libp2p_and_refuses_what_it_does_not_hold(runs):
+    from node.errors import BadMessage, RemoteError
+    from node.roles.v2.evidence_protocol import EVIDENCE_OF_PROTOCOL, fetch_evidence, serve_evidence_of
+    from protocol import claim_lists
+    from protocol.claim_evidence import build_evidence, evidence_hash
+
+    from ..conftest import running_hosts
+
+    honest, _, node = runs
+    claim = b"\x01" * 32
+    evidence = build_evidence(honest, claim_id=claim, step=4, node=node, node_list=claim_lists.node_list(honest, 4))
+    async with running_hosts(3) as (seat, referee, liar):
+        serve_evidence_of(seat, {claim: evidence}.get)
+        got = await fetch_evidence(referee, seat.public_key, claim)
+        assert evidence_hash(got) == evidence_hash(evidence)
+        with pytest.raises(RemoteError, match="no evidence of claim"):
+            await fetch_evidence(referee, seat.public_key, b"\x02" * 32)
+        with pytest.raises(RemoteError, match="32 bytes"):
+            await referee.request(seat.peer_id, EVIDENCE_OF_PROTOCOL, b"short")
+
+        async def garbage(peer, request):
+            return b"\xc1 not msgpack"
+
+        liar.handle_requests(EVIDENCE_OF_PROTOCOL, garbage)
+        with pytest.raises(BadMessage, match="evidence of claim"):
+            await fetch_evidence(referee, liar.public_key, claim)
