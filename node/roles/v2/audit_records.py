@@ -47,3 +47,4 @@ class Audit:
     seat: str
     block: int     # the block of its TraceRevealed (the trace is read again from it)
     done: bool = False
+    trace: tuple[bytes, ...] = ()  # the revealed trace once read (in memory only)

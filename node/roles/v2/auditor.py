@@ -11,7 +11,9 @@ whichever seat revealed it first):
   replay   checkpoint c fetched from the seat (checked against trace[c] by the data service),
            interval c recomputed with the job's own program from it (`ReplayOracle`); the first
            checkpoint the seat does not serve ends the fetching: the job is run once from its
-           initial state and that run checks every interval of the trace (`replays.own_audit`)
+           initial state and that run checks every interval of the trace (`replays.own_audit`).
+           A sample of every interval (m = C, as at rate 1) starts from that run and fetches no
+           checkpoint; a game's or a duel's replay then comes from the run too
   told     each seat's signed steps list of interval c asked for too (`told_steps`): of the seat
            replayed and of every other seat that revealed the same root (the replay is shared, the
            statements are each seat's own), kept by the node's `statements_keeper` as evidence
@@ -67,11 +69,11 @@ from protocol.claims import claim_id as claim_id_of, game_id as game_id_of
 from protocol.sampling import sample_size
 
 from ...errors import LocalError, PeerError
-from ...training_oracle import TrainingOracle, protocol_program
+from ...training_oracle import TrainingOracle, protocol_program, schedule_of
 from ..chain import chain_failures, describe_chain_error
 from .audit_records import Audit, Followed, Watched
 from .duty_state import DutyState
-from .replays import ReplayOracle, own_audit, replay_from_own_run
+from .replays import ReplayOracle, own_audit, own_replay, own_steps_list, replay_from_own_run
 
 log = logging.getLogger(__name__)
 
@@ -327,27 +329,13 @@ class Auditor:
         intervals = len(trace) - 1
         sampled = sorted(self.rng.sample(range(intervals), sample_size(self.rate, intervals)))
         key = (e.job_id, e.trace_root)
+        if key in self.audits:
+            self.audits[key].trace = tuple(trace)
         results = self.results.setdefault(key, {})
-        for c in sampled:
-            if key not in self.audits:  # the job settled meanwhile: nothing left to audit
-                log.info("auditor: job %s settled before its audit of %s ended", e.job_id.hex()[:12], e.seat)
-                return results
-            try:
-                oracle = await self._replay(e.job_id, e.trace_root, c)
-            except (PeerError, LocalError) as error:  # the seat does not serve it: our own run audits it (`replays`)
-                log.warning("auditor: job %s: checkpoint %d of %s: %s; auditing from our own run", e.job_id.hex()[:12],
-                            c, e.seat, error)
-                await self._audit_own_run(e, trace, sampled[0], results)
-                break
-            ours = await trio.to_thread.run_sync(claim_lists.steps_list, oracle, c)
-            self._keep_list(e.job_id, e.trace_root, c, ours)
-            results[c] = ours[-1] == trace[c + 1] and not (self.lies and c == sampled[0])
-            if not results[c]:
-                log.warning("auditor: job %s: %s's interval %d does not replay to its trace", e.job_id.hex()[:12],
-                            e.seat, c)
-                await self.challenge(e.job_id, e.trace_root, c)
-                break
-            self.replays.pop((e.job_id, e.trace_root, c), None)  # a right interval is no game's: its replay is not kept
+        if len(sampled) == intervals:  # the whole job: our own run replays as much and fetches nothing (`replays`)
+            await self._audit_own_run(e, trace, sampled[0], results)
+        else:
+            await self._audit_sampled(e, trace, sampled, results)
         log.info("auditor: job %s: root of %s replayed at %s", e.job_id.hex()[:12], e.seat, results)
         audit = self.audits.get(key)
         if audit is not None:
@@ -355,21 +343,44 @@ class Auditor:
             await self._save()
         return results
 
+    async def _audit_sampled(self, e: TraceRevealed, trace: tuple[bytes, ...], sampled: list[int],
+                             results: dict[int, bool]) -> None:
+        """Each sampled interval replayed from the seat's checkpoint, up to the first that does not
+        check (disputed); the first checkpoint the seat does not serve hands the rest to our own run."""
+        key = (e.job_id, e.trace_root)
+        for c in sampled:
+            if key not in self.audits:  # the job settled meanwhile: nothing left to audit
+                log.info("auditor: job %s settled before its audit of %s ended", e.job_id.hex()[:12], e.seat)
+                return
+            try:
+                oracle = await self._replay(e.job_id, e.trace_root, c)
+            except (PeerError, LocalError) as error:  # the seat does not serve it: our own run audits it (`replays`)
+                log.warning("auditor: job %s: checkpoint %d of %s: %s; auditing from our own run", e.job_id.hex()[:12],
+                            c, e.seat, error)
+                await self._audit_own_run(e, trace, sampled[0], results)
+                return
+            ours = await trio.to_thread.run_sync(claim_lists.steps_list, oracle, c)
+            self._keep_list(e.job_id, e.trace_root, c, ours)
+            results[c] = ours[-1] == trace[c + 1] and not (self.lies and c == sampled[0])
+            if not results[c]:
+                log.warning("auditor: job %s: %s's interval %d does not replay to its trace", e.job_id.hex()[:12],
+                            e.seat, c)
+                await self.challenge(e.job_id, e.trace_root, c)
+                return
+            self.replays.pop((e.job_id, e.trace_root, c), None)  # a right interval is no game's: its replay is not kept
+
     async def _audit_own_run(self, e: TraceRevealed, trace: tuple[bytes, ...], lie_at: int,
                              results: dict[int, bool]) -> None:
         """The rest of an audit from our own run of the job: every interval of the trace checked, the
         first wrong one replayed and disputed (a false challenger disputes ``lie_at``)."""
         job_id, root = e.job_id, e.trace_root
         try:
-            if job_id not in self._own_runs:
-                self._own_runs[job_id] = TrainingOracle(await self.training_of(job_id),
-                                                        program=self._programs.get(job_id))
+            own = await self._own_run(job_id)
         except (PeerError, LocalError) as error:
             log.warning("auditor: job %s: no own run: %s", job_id.hex()[:12], error)
             return
         if (job_id, root) not in self.audits:
             return
-        own = self._own_runs[job_id]
         async with self._own_lock:  # one own run trains at a time (the roots of a job share it)
             if self.lies:
                 checked, oracle = {lie_at: False}, await trio.to_thread.run_sync(replay_from_own_run, own, lie_at)
@@ -378,6 +389,8 @@ class Auditor:
         if (job_id, root) not in self.audits:  # settled while it trained: nothing is due any more
             return
         results.update(checked)
+        for c in [c for c, agreed in checked.items() if agreed]:  # each seat's signed list of it asked, as sampled
+            self._keep_list(job_id, root, c, own_steps_list(own, c))
         if oracle is None:
             return
         self.replays[(job_id, root, oracle.c)] = oracle
@@ -409,13 +422,32 @@ class Auditor:
         async with watched.lock if watched is not None else trio.Lock():
             return await trio.to_thread.run_sync(lambda: (list(oracle.node_inputs(step, n)), oracle.node_value(step, n)))
 
+    async def _own_run(self, job_id: bytes) -> TrainingOracle:
+        """Our run of the job from its initial state (made once per job, trained when first asked)."""
+        if job_id not in self._own_runs:
+            training = await self.training_of(job_id)
+            if job_id not in self._own_runs:
+                self._own_runs[job_id] = TrainingOracle(training, program=self._programs.get(job_id))
+        return self._own_runs[job_id]
+
     async def _replay(self, job_id: bytes, root: bytes, c: int) -> ReplayOracle:
+        """Interval c of the root replayed: from our own run where the job has one (or is audited
+        whole) and the run's checkpoint c is the trace's, else from the seat's checkpoint c."""
         key = (job_id, root, c)
         if key not in self.replays:
             audit = self.audits.get((job_id, root))
             if audit is None:  # forgotten: the job settled
                 raise LocalError(f"job {job_id.hex()[:12]} settled: its audit of this root is over")
             training = await self.training_of(job_id)
+            intervals = schedule_of(training).intervals
+            if audit.trace and (job_id in self._own_runs or sample_size(self.rate, intervals) == intervals):
+                own = await self._own_run(job_id)
+                async with self._own_lock:
+                    replay = await trio.to_thread.run_sync(own_replay, own, audit.trace, c)
+                if replay is not None and key not in self.replays:
+                    self.replays[key] = replay
+                if key in self.replays:
+                    return self.replays[key]
             program = self._programs.get(job_id)
             if program is None:
                 program = await trio.to_thread.run_sync(protocol_program, training)

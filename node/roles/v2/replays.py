@@ -10,6 +10,12 @@ after its window. So the first checkpoint a seat does not serve makes the audit 
 run's: the run needs no transfer and, once made, checks every interval of the trace, not only the
 sampled ones. The first interval whose end it computes differently from the trace is the one to
 dispute, and its own state at that interval's start is the seat's (their hashes agree).
+
+A sample of every interval is the whole job: the own run then replays exactly as much and fetches
+nothing, so such an audit starts from it (each sampled checkpoint fetched would be one more stream on
+the seat's connection, and under congestion one more timeout before the window closes). Any later
+replay of an interval whose start the own run shares with the trace (a game an auditor watches, a
+duel's node values) is taken from that run too (`own_replay`).
 """
 from __future__ import annotations
 
@@ -39,6 +45,19 @@ class ReplayOracle(TrainingOracle):
 def replay_from_own_run(own: TrainingOracle, c: int) -> ReplayOracle:
     """The replay of interval c from ``own`` run of the job (blocking: it trains the whole job once)."""
     return ReplayOracle(own.training, c, own.checkpoint_state(c), program=own.program())
+
+
+def own_replay(own: TrainingOracle, trace: Sequence[bytes], c: int) -> ReplayOracle | None:
+    """The replay of interval c from ``own`` run when the run's checkpoint c is the trace's (its state
+    is then the seat's), else None (blocking: it trains the whole job once)."""
+    return replay_from_own_run(own, c) if own.checkpoint_states()[c] == trace[c] else None
+
+
+def own_steps_list(own: TrainingOracle, c: int) -> list[bytes]:
+    """Interval c's steps list as ``own`` run computed it (its per-step state hashes; no recomputation)."""
+    schedule = own.schedule
+    own.train()
+    return list(own.state_hashes[schedule.checkpoint_step(c):schedule.checkpoint_step(c + 1) + 1])
 
 
 def own_audit(own: TrainingOracle, trace: Sequence[bytes]) -> tuple[dict[int, bool], ReplayOracle | None]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 import trio
 
 from contracts.records import LoggedEvent
@@ -162,11 +163,14 @@ async def play_both(others, auditor_pump, spawn, *, rounds: int = 20) -> None:
                 return
 
 
+@pytest.mark.parametrize("rate", [0.5, 1.0])
 @trio_test(180)
-async def test_every_seat_of_an_audited_root_is_asked_its_signed_steps_lists_the_replay_made_once(cast_v2, runs):
-    """Two seats reveal one root: the auditor replays it once, from the first seat's checkpoints, and asks
-    each seat its signed steps list of every sampled interval (an equivocating co-seat is caught only
-    where two samplers asked it); a seat that reveals after the audit is asked the replayed intervals."""
+async def test_every_seat_of_an_audited_root_is_asked_its_signed_steps_lists_the_replay_made_once(cast_v2, runs, rate):
+    """Two seats reveal one root: the auditor replays it once and asks each seat its signed steps list
+    of every replayed interval (an equivocating co-seat is caught only where two samplers asked it); a
+    seat that reveals after the audit is asked the replayed intervals. A sample (rate 0.5: two of the
+    three intervals) is replayed from the first seat's checkpoints; the whole job (rate 1) from the
+    auditor's own run, which fetches no checkpoint."""
     w = cast_v2
     honest = runs[0]
     account = auditor_of(w)
@@ -189,16 +193,20 @@ async def test_every_seat_of_an_audited_root_is_asked_its_signed_steps_lists_the
         await trio.lowlevel.checkpoint()
         asked.append((seat, c, tuple(ours)))
 
-    auditor = Auditor(binding(w, account), spawn, training_of, checkpoint_of, rate=1.0, rng=random.Random(1),
+    auditor = Auditor(binding(w, account), spawn, training_of, checkpoint_of, rate=rate, rng=random.Random(1),
                       told_steps=told_steps)
     auditor.subscribe(pump)
     await play_out(pump, spawn)
     root = w.settlement.seat(jid, first).trace_root
     intervals = len(honest.checkpoint_states()) - 1
-    assert auditor.results[(jid, root)] == {c: True for c in range(intervals)}
-    assert sorted(fetched) == [(first, c) for c in range(intervals)]  # one replay, from the first revealer
+    replayed = sorted(auditor.results[(jid, root)])
+    assert auditor.results[(jid, root)] == {c: True for c in replayed}
+    if rate == 1.0:
+        assert replayed == list(range(intervals)) and fetched == []
+    else:
+        assert len(replayed) == 2 and sorted(fetched) == [(first, c) for c in replayed]  # from the first revealer
     lists = {c: tuple(claim_lists.steps_list(honest, c)) for c in range(intervals)}
-    assert sorted(asked) == sorted((seat, c, lists[c]) for seat in (first, second) for c in range(intervals))
+    assert sorted(asked) == sorted((seat, c, lists[c]) for seat in (first, second) for c in replayed)
 
     # a third seat of the root, revealed once the audit is over, is asked the intervals replayed (and only once)
     late = w.providers[2]
@@ -207,7 +215,7 @@ async def test_every_seat_of_an_audited_root_is_asked_its_signed_steps_lists_the
     async with spawn.tasks():
         for _ in range(2):  # a reveal handed twice (a follower's catch-up) asks nothing twice
             await auditor.on_revealed(reveal)
-    assert sorted(asked) == sorted((late, c, lists[c]) for c in range(intervals))
+    assert sorted(asked) == sorted((late, c, lists[c]) for c in replayed)
 
 
 @trio_test(120)
@@ -238,12 +246,15 @@ async def test_an_audit_still_running_when_its_job_settles_stops_without_an_erro
     assert await auditor.audit(reveal) == {} and fetched == []
 
 
+@pytest.mark.parametrize("rate", [0.5, 1.0])
 @trio_test(180)
 async def test_an_auditor_that_is_served_no_checkpoint_replays_from_its_own_run_and_still_catches_the_cheat(
-        cast_v2, runs, tmp_path):
+        cast_v2, runs, tmp_path, rate):
     """No seat serves the auditor a checkpoint (a congested network, or seats that keep them from
     auditors): it runs the job from its initial state itself, which the challenge window allows for,
-    and disputes the cheated interval from its own state there, which is the cheater's too."""
+    and disputes the cheated interval from its own state there, which is the cheater's too. A sample
+    (rate 0.5) tries one fetch per seat first; the whole job (rate 1) tries none, and its game and the
+    referee's evidence are played from that run too."""
     from node.errors import PeerTimeout
 
     w = cast_v2
@@ -263,7 +274,7 @@ async def test_an_auditor_that_is_served_no_checkpoint_replays_from_its_own_run_
         asked.append((seat, c))
         raise PeerTimeout("opening /gavel/job-data/2.0.0 took over 14.2 s")
 
-    auditor = Auditor(binding(w, account), spawn, training_of, checkpoint_of, rate=1.0, rng=random.Random(1))
+    auditor = Auditor(binding(w, account), spawn, training_of, checkpoint_of, rate=rate, rng=random.Random(1))
     auditor.subscribe(pump)
     for seat, oracle in {honest_seat: honest, cheater: cheat}.items():
         (tmp_path / seat).mkdir()
@@ -274,8 +285,8 @@ async def test_an_auditor_that_is_served_no_checkpoint_replays_from_its_own_run_
     await play_out(pump, spawn)
 
     c, j = claim_lists.step_index(cheat.schedule, CHEATED_STEP)
-    # one fetch per seat: the first it is not served makes the rest of that audit its own run's
-    assert sorted(seat for seat, _ in asked) == sorted([honest_seat, cheater])
+    # a sample: one fetch per seat, the first it is not served makes the rest of that audit its own run's
+    assert sorted(seat for seat, _ in asked) == (sorted([honest_seat, cheater]) if rate < 1 else [])
     # which checks every interval, up to the first wrong one
     assert auditor.results[(jid, w.settlement.seat(jid, honest_seat).trace_root)] == {i: True for i in range(3)}
     assert auditor.results[(jid, w.settlement.seat(jid, cheater).trace_root)] == {i: i != c for i in range(c + 1)}
