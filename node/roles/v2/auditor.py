@@ -112,6 +112,7 @@ class Auditor:
         self.co_seats: dict[tuple[bytes, bytes], list[str]] = {}       # (job, root) -> other seats that revealed it
         self.replayed_lists: dict[tuple[bytes, bytes], dict[int, list]] = {}  # (job, root) -> c -> our steps list
         self._told: set[tuple[bytes, str, int]] = set()               # (job, seat, c) whose signed list was asked
+        self._asking: dict[str, trio.Lock] = {}                        # seat -> one ask of its lists at a time
         self.replays: dict[tuple[bytes, bytes, int], ReplayOracle] = {}
         self.followed: dict[bytes, Followed] = {}                   # game on an audited root -> what is kept
         self.games: dict[bytes, Watched] = {}                       # followed game -> its replay, once made
@@ -408,12 +409,15 @@ class Auditor:
 
     async def _tell(self, job_id: bytes, seat: str, c: int, ours: list) -> None:
         """Seat's signed steps list of interval c, asked once: of every seat that revealed an audited
-        root, since a seat that tells two samplers two lists is caught only where both asked it."""
+        root, since a seat that tells two samplers two lists is caught only where both asked it. One
+        ask per seat at a time: an own run checks every interval at once, and its asks opened together
+        (one stream each, from every auditor) timed the seat's connections out in the full v2 run."""
         if self.told_steps is None or (job_id, seat, c) in self._told:
             await trio.lowlevel.checkpoint()
             return
         self._told.add((job_id, seat, c))
-        await self.told_steps(job_id, seat, c, ours)
+        async with self._asking.setdefault(seat, trio.Lock()):
+            await self.told_steps(job_id, seat, c, ours)
 
     async def node_values(self, job_id: bytes, root: bytes, c: int, step: int, n: int) -> tuple[list, Any]:
         """Node n's inputs and output at `step` in our replay of interval c (what a duel plays from)."""

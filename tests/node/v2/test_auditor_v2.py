@@ -189,8 +189,14 @@ async def test_every_seat_of_an_audited_root_is_asked_its_signed_steps_lists_the
         fetched.append((seat, c))
         return honest.checkpoint_state(c)
 
+    asking: dict[str, int] = {}  # seat -> its asks under way
+    most_at_once: list[int] = []
+
     async def told_steps(job_id, seat, c, ours):
-        await trio.lowlevel.checkpoint()
+        asking[seat] = asking.get(seat, 0) + 1
+        most_at_once.append(asking[seat])
+        await trio.sleep(0.01)  # an answer takes a while: every other ask due meanwhile comes now
+        asking[seat] -= 1
         asked.append((seat, c, tuple(ours)))
 
     auditor = Auditor(binding(w, account), spawn, training_of, checkpoint_of, rate=rate, rng=random.Random(1),
@@ -207,6 +213,7 @@ async def test_every_seat_of_an_audited_root_is_asked_its_signed_steps_lists_the
         assert len(replayed) == 2 and sorted(fetched) == [(first, c) for c in replayed]  # from the first revealer
     lists = {c: tuple(claim_lists.steps_list(honest, c)) for c in range(intervals)}
     assert sorted(asked) == sorted((seat, c, lists[c]) for seat in (first, second) for c in replayed)
+    assert max(most_at_once) == 1  # one ask of a seat at a time (an own run's asks come all at once)
 
     # a third seat of the root, revealed once the audit is over, is asked the intervals replayed (and only once)
     late = w.providers[2]
