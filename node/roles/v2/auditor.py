@@ -69,11 +69,11 @@ from protocol.claims import claim_id as claim_id_of, game_id as game_id_of
 from protocol.sampling import sample_size
 
 from ...errors import LocalError, PeerError
-from ...training_oracle import TrainingOracle, protocol_program, schedule_of
+from ...training_oracle import protocol_program, schedule_of
 from ..chain import chain_failures, describe_chain_error
 from .audit_records import Audit, Followed, Watched
 from .duty_state import DutyState
-from .replays import ReplayOracle, own_audit, own_replay, own_steps_list, replay_from_own_run
+from .replays import OwnRuns, ReplayOracle, own_audit, own_replay, own_steps_list, replay_from_own_run
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +124,7 @@ class Auditor:
         self.checked: set[bytes] = set()                            # node claims whose ruling was checked
         self.moves: list[tuple[str, bytes]] = []                    # (move, claim) sent, in order
         self._programs: dict[bytes, Any] = {}
-        self._own_runs: dict[bytes, TrainingOracle] = {}  # job -> our run of it from its initial state
-        self._own_lock = trio.Lock()  # one own run trains at a time (two roots of a job share it)
+        self.own_runs = OwnRuns(training_of, self._programs)  # job -> our run of it from its initial state
         self.state = DutyState(data_dir, STATE_FILE)
         self.state.restore(self._restore)
         self.challenger = None  # with the node's duels and a way to the seats' outputs: the fourth level
@@ -314,7 +313,7 @@ class Auditor:
         for key in [k for k in self.replays if k[0] == job_id]:
             del self.replays[key]
         self._programs.pop(job_id, None)
-        self._own_runs.pop(job_id, None)
+        self.own_runs.forget(job_id)
         await self._save()
 
     # -- auditing -----------------------------------------------------------------------
@@ -376,17 +375,16 @@ class Auditor:
         first wrong one replayed and disputed (a false challenger disputes ``lie_at``)."""
         job_id, root = e.job_id, e.trace_root
         try:
-            own = await self._own_run(job_id)
+            own = await self.own_runs.of(job_id)
         except (PeerError, LocalError) as error:
             log.warning("auditor: job %s: no own run: %s", job_id.hex()[:12], error)
             return
         if (job_id, root) not in self.audits:
             return
-        async with self._own_lock:  # one own run trains at a time (the roots of a job share it)
-            if self.lies:
-                checked, oracle = {lie_at: False}, await trio.to_thread.run_sync(replay_from_own_run, own, lie_at)
-            else:
-                checked, oracle = await trio.to_thread.run_sync(own_audit, own, trace)
+        if self.lies:
+            checked, oracle = {lie_at: False}, await self.own_runs.run_sync(replay_from_own_run, own, lie_at)
+        else:
+            checked, oracle = await self.own_runs.run_sync(own_audit, own, trace)
         if (job_id, root) not in self.audits:  # settled while it trained: nothing is due any more
             return
         results.update(checked)
@@ -426,14 +424,6 @@ class Auditor:
         async with watched.lock if watched is not None else trio.Lock():
             return await trio.to_thread.run_sync(lambda: (list(oracle.node_inputs(step, n)), oracle.node_value(step, n)))
 
-    async def _own_run(self, job_id: bytes) -> TrainingOracle:
-        """Our run of the job from its initial state (made once per job, trained when first asked)."""
-        if job_id not in self._own_runs:
-            training = await self.training_of(job_id)
-            if job_id not in self._own_runs:
-                self._own_runs[job_id] = TrainingOracle(training, program=self._programs.get(job_id))
-        return self._own_runs[job_id]
-
     async def _replay(self, job_id: bytes, root: bytes, c: int) -> ReplayOracle:
         """Interval c of the root replayed: from our own run where the job has one (or is audited
         whole) and the run's checkpoint c is the trace's, else from the seat's checkpoint c."""
@@ -444,10 +434,8 @@ class Auditor:
                 raise LocalError(f"job {job_id.hex()[:12]} settled: its audit of this root is over")
             training = await self.training_of(job_id)
             intervals = schedule_of(training).intervals
-            if audit.trace and (job_id in self._own_runs or sample_size(self.rate, intervals) == intervals):
-                own = await self._own_run(job_id)
-                async with self._own_lock:
-                    replay = await trio.to_thread.run_sync(own_replay, own, audit.trace, c)
+            if audit.trace and (job_id in self.own_runs or sample_size(self.rate, intervals) == intervals):
+                replay = await self.own_runs.run_sync(own_replay, await self.own_runs.of(job_id), audit.trace, c)
                 if replay is not None and key not in self.replays:
                     self.replays[key] = replay
                 if key in self.replays:

@@ -19,7 +19,9 @@ duel's node values) is taken from that run too (`own_replay`).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Sequence
+
+import trio
 
 from ...errors import LocalError
 from ...training_oracle import TrainingOracle
@@ -40,6 +42,34 @@ class ReplayOracle(TrainingOracle):
     def state_after(self, s: int) -> Any:
         c = self.schedule.interval_of_step(s)
         return self._interval_states(c)[s - self.schedule.checkpoint_step(c)]
+
+
+class OwnRuns:
+    """An auditor's runs of its jobs from their initial states: one per job (its roots share it), made
+    when first asked for and trained by the first blocking call on it; one such call at a time."""
+
+    def __init__(self, training_of: Callable[[bytes], Awaitable[Any]], programs: dict[bytes, Any]) -> None:
+        self.training_of = training_of
+        self.programs = programs  # job -> its program, shared with the replays from a seat's checkpoint
+        self.runs: dict[bytes, TrainingOracle] = {}
+        self.lock = trio.Lock()
+
+    def __contains__(self, job_id: bytes) -> bool:
+        return job_id in self.runs
+
+    async def of(self, job_id: bytes) -> TrainingOracle:
+        if job_id not in self.runs:
+            training = await self.training_of(job_id)
+            self.runs.setdefault(job_id, TrainingOracle(training, program=self.programs.get(job_id)))
+        return self.runs[job_id]
+
+    async def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on a worker thread, after any other call on a run has ended."""
+        async with self.lock:
+            return await trio.to_thread.run_sync(fn, *args)
+
+    def forget(self, job_id: bytes) -> None:
+        self.runs.pop(job_id, None)
 
 
 def replay_from_own_run(own: TrainingOracle, c: int) -> ReplayOracle:
