@@ -81,7 +81,7 @@ class AuditorRoleV2:
         self.auditor.subscribe(ctx.follower)  # a late subscriber: the follower hands it what came before
         self.auditor.resume()  # what a previous run left: the follower hands none of it again
         start_game_keeper(ctx)
-        start_referee(ctx, self.reach)  # a drawn referee fetches the bundle as the auditor does
+        start_referee(ctx, self.reach, self.auditor.own_runs)  # a drawn referee fetches the bundle and builds evidence as the auditor does
         await trio.sleep_forever()
 
     async def _on_advert(self, message: Any) -> None:

@@ -24,7 +24,11 @@ before the deadline it rules on what it holds (`rule_overdue`, on its own timer)
 nothing that holds, the defenders wrong (the transcript then carries no evidence). Before that
 it asks each seat that posted evidence it does not have for it (`pull`, /gavel/evidence-of/2.0.0),
 again until the ruling is due: on a congested network a push can fail for the whole window, and an
-appeal that overturns a ruling made on nothing costs an honest referee its bond.
+appeal that overturns a ruling made on nothing costs an honest referee its bond. A node that runs the
+job (`own_runs`: the auditor's runs, or the client's) also builds the evidence itself
+(`claim_evidence.build_evidence`, deterministic): when its keccak is a hash a seat posted, it is that
+seat's evidence byte for byte, taken as its push would have been, and the ruling and its transcript are
+the ones the push would have given. Evidence for a list its run did not compute is never built.
 
 The fourth level comes first (docs/onchain-step.md): on a job whose terms carry an
 elementSpecRoot, a claim on a node whose operator has an element program may be played on
@@ -38,6 +42,7 @@ taken (under ``referee/``), and the jobs this node referees as their client (``r
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import shutil
@@ -51,9 +56,9 @@ import trio
 from contracts.settlement_v2 import JobOpened, JobSettled
 from contracts.settlement_v2_games import NODE, ClaimStatus, EvidencePosted, ListPosted
 from contracts.settlement_v2_referees import AppealStage, RefereeDrawn
-from protocol import RemoteProtocolError
+from protocol import LocalProtocolError, RemoteProtocolError
 from protocol.claim_evidence import (
-    ClaimEvidence, ClaimRef, Judgement, Transcript, evidence_hash, judge, transcript_hash,
+    ClaimEvidence, ClaimRef, Judgement, Transcript, build_evidence, evidence_hash, judge, transcript_hash,
 )
 from protocol.step_programs import COVERED
 
@@ -63,6 +68,7 @@ from ...streams import RequestRefused
 from ..chain import chain_failures, describe_chain_error
 from .duels import SpecRoots
 from .duty_state import DutyState
+from .replays import OwnRuns
 
 log = logging.getLogger(__name__)
 
@@ -113,12 +119,15 @@ class RefereeDuty:
     `training_of(job_id)` gives the job's training program (its program and batches);
     `spawn` starts a background task (`RoleContext.start_soon` in a node); `behaviour` an
     `adversaries.RefereeBehaviour` (tests and testnets: a colluding or stalling client); `fetch`
-    asks a seat for the evidence it posted, when its push has not arrived (`pull`)."""
+    asks a seat for the evidence it posted, when its push has not arrived (`pull`); `own_runs` this
+    node's runs of the jobs, from which it builds the evidence a seat posted and did not send (`build`)."""
 
     def __init__(self, chain: Any, data_dir: Path, spawn: Callable[..., None], training_of: TrainingSource,
-                 behaviour: Any = None, fetch: EvidenceFetch | None = None) -> None:
+                 behaviour: Any = None, fetch: EvidenceFetch | None = None, own_runs: OwnRuns | None = None) -> None:
         self.chain = chain  # node.roles.chain.ChainBinding
         self.fetch = fetch
+        self.own_runs = own_runs
+        self.built: dict[bytes, ClaimEvidence | None] = {}      # node claim -> our run's evidence (None: not yet, none)
         self._pulling: set[bytes] = set()                       # node claims a pull task is running for
         self.transcripts = Path(data_dir) / TRANSCRIPT_DIR
         self.held_dir = Path(data_dir) / HELD_DIR
@@ -192,6 +201,8 @@ class RefereeDuty:
         if logged.event.job_id in self.refereed_jobs:
             self.refereed_jobs.discard(logged.event.job_id)
             await self._save()
+        if self.own_runs is not None:
+            self.own_runs.forget(logged.event.job_id)
         await trio.lowlevel.checkpoint()
 
     async def _save(self) -> None:
@@ -206,6 +217,7 @@ class RefereeDuty:
                 await trio.to_thread.run_sync(self._hold, claim_id)
         if claim_id in self.holding:
             self._start_pull(claim_id)
+            await self._offer_built(claim_id)  # built before this seat posted its hash
         await trio.lowlevel.checkpoint()
 
     async def on_referee_drawn(self, logged: Any) -> None:
@@ -240,7 +252,7 @@ class RefereeDuty:
         self.spawn(self.rule_claim, claim_id, name=f"referee: claim {claim_id.hex()[:12]}")
 
     def _start_pull(self, claim_id: bytes) -> None:
-        if self.fetch is not None and claim_id not in self._pulling:
+        if (self.fetch is not None or self.own_runs is not None) and claim_id not in self._pulling:
             self._pulling.add(claim_id)
             self.spawn(self.pull, claim_id, name=f"referee: pull evidence {claim_id.hex()[:12]}")
 
@@ -248,12 +260,18 @@ class RefereeDuty:
         """Ask each seat that posted evidence for a claim this node holds, and whose evidence has not
         arrived, for it: after PULL_DELAY, then twice as long each time (at most PULL_MAX) until every posted
         evidence is here, the claim is no longer this node's to rule, or its ruling is due (then it
-        rules on what it holds). What a seat answers is taken like a push (`accept`)."""
+        rules on what it holds). What a seat answers is taken like a push (`accept`). The first time
+        evidence is missing, this node's own run starts building it (`build`)."""
         try:
             for attempt in itertools.count(1):
                 await trio.sleep(min(PULL_DELAY * 2 ** (attempt - 1), PULL_MAX))
                 missing = await self._missing(claim_id)
                 if not missing:
+                    return
+                if self.own_runs is not None and claim_id not in self.built:
+                    self.built[claim_id] = None
+                    self.spawn(self.build, claim_id, name=f"referee: build evidence {claim_id.hex()[:12]}")
+                if self.fetch is None:
                     return
                 for seat in missing:
                     try:
@@ -265,6 +283,40 @@ class RefereeDuty:
             log.info("referee: claim %s: pulling evidence: %s", claim_id.hex()[:12], describe_chain_error(error))
         finally:
             self._pulling.discard(claim_id)
+
+    async def build(self, claim_id: bytes) -> None:
+        """The claim's evidence from this node's own run of the job (`build_evidence` on the posted node
+        list), offered as a push once built. Nothing is built when our run computed other inputs of the
+        node than the list's: then no honest seat posted that list."""
+        try:
+            held = await self._held(claim_id)
+            if held is None:
+                return
+            own = await self.own_runs.of(held.job_id)
+            step = own.schedule.checkpoint_step(held.interval) + held.step_index
+            nodes = await self._list(held.step_claim, held.nodes_root)
+            self.built[claim_id] = await self.own_runs.run_sync(functools.partial(
+                build_evidence, own, claim_id=claim_id, step=step, node=held.node, node_list=nodes))
+        except LocalProtocolError as error:
+            log.info("referee: claim %s: our run did not compute the posted list: %s", claim_id.hex()[:12], error)
+            return
+        except (PeerError, LocalError) as error:
+            log.info("referee: claim %s: no run of the job: %s", claim_id.hex()[:12], error)
+            return
+        except chain_failures() as error:
+            log.info("referee: claim %s: building evidence: %s", claim_id.hex()[:12], describe_chain_error(error))
+            return
+        await self._offer_built(claim_id)
+
+    async def _offer_built(self, claim_id: bytes) -> None:
+        """What our run built, taken as the push of the seat that posted its hash, if one did."""
+        evidence = self.built.get(claim_id)
+        if evidence is None or evidence_hash(evidence) in self.evidence.get(claim_id, {}):
+            return
+        try:
+            await self.accept("this node's own run", evidence)
+        except RequestRefused as error:
+            log.info("referee: claim %s: the evidence our run built was not posted: %s", claim_id.hex()[:12], error)
 
     async def _missing(self, claim_id: bytes) -> list[str]:
         """The seats whose posted evidence for the claim has not arrived, while this node still rules
@@ -369,6 +421,7 @@ class RefereeDuty:
                 ruling = await self.chain.run(s.ruling, claim_id)
                 if claim.status != ClaimStatus.OPEN:
                     self.holding.discard(claim_id)
+                    self.built.pop(claim_id, None)
                     shutil.rmtree(self.held_dir / claim_id.hex(), ignore_errors=True)
                     continue
                 deadline = self._deadline(claim, ruling)
@@ -482,18 +535,21 @@ class RefereeDuty:
 _started: "weakref.WeakKeyDictionary[Any, RefereeDuty]" = weakref.WeakKeyDictionary()
 
 
-def start_referee(ctx: Any, reach: Callable[[str], Awaitable[Any]] | None = None) -> RefereeDuty:
+def start_referee(ctx: Any, reach: Callable[[str], Awaitable[Any]] | None = None,
+                  own_runs: OwnRuns | None = None) -> RefereeDuty:
     """The node's one referee duty (a role context's): subscribed to its follower and taking evidence
     on its host. The client role (it referees its jobs) and the auditor role (it may be drawn) call
-    this; the first starts it. `reach` is `training_source`'s way to a seat for a job's bundle."""
+    this; the first starts it. `reach` is `training_source`'s way to a seat for a job's bundle;
+    `own_runs` the node's runs of its jobs (the auditor's), else the duty makes its own."""
     if ctx not in _started:
         from .adversaries import referee_behaviour
 
         from .evidence_protocol import evidence_fetcher
 
-        duty = _started[ctx] = RefereeDuty(ctx.chain, ctx.config.data_dir, ctx.start_soon,
-                                           training_source(ctx, reach), referee_behaviour(ctx.config.cheat),
-                                           evidence_fetcher(ctx))
+        training = training_source(ctx, reach)
+        duty = _started[ctx] = RefereeDuty(ctx.chain, ctx.config.data_dir, ctx.start_soon, training,
+                                           referee_behaviour(ctx.config.cheat), evidence_fetcher(ctx),
+                                           own_runs or OwnRuns(training, {}))
         duty.subscribe(ctx.follower)
         duty.serve(ctx.host)
         ctx.start_soon(duty.run, name="referee duty")

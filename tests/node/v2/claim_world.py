@@ -135,12 +135,15 @@ class ClaimRoles:
             raise RequestRefused(f"no evidence of claim {claim_id.hex()} here")
         return evidence
 
-    def referee(self, account: str, behaviour: Any = None, *, pulls: bool = False) -> Any:
-        """The account's RefereeDuty; with `pulls`, it asks the seats for evidence their pushes did not bring."""
+    def referee(self, account: str, behaviour: Any = None, *, pulls: bool = False, builds: bool = False) -> Any:
+        """The account's RefereeDuty; with `pulls`, it asks the seats for evidence their pushes did not bring;
+        with `builds`, it builds that evidence from its own run of the job."""
         from node.roles.v2.referee import RefereeDuty
+        from node.roles.v2.replays import OwnRuns
 
         self.duties[account] = RefereeDuty(binding(self.w, account), self._dir(account), self.spawn, self.training_of,
-                                           behaviour, self.fetch if pulls else None)
+                                           behaviour, self.fetch if pulls else None,
+                                           OwnRuns(self.training_of, {}) if builds else None)
         self.duties[account].subscribe(self.pump)
         return self.duties[account]
 

@@ -284,6 +284,82 @@ async def test_a_referee_no_push_reaches_asks_the_seat_and_rules_the_honest_defe
     assert not duty._pulling  # the ask ended with the evidence in
 
 
+@trio_test(120)
+async def test_a_referee_no_evidence_reaches_builds_the_honest_seats_evidence_from_its_own_run(
+        cast_v2, runs, tmp_path, monkeypatch):
+    """The honest seat posts its evidence hash, and neither its pushes nor the referee's asks arrive: the
+    client's duty builds the evidence from its own run of the job, finds its keccak posted, and rules the
+    defender right before its ruling is due, with a transcript carrying exactly the seat's evidence. A duty
+    that only waited for the seat ruled on nothing, the defender wrong (the full v2 testnet: the honest
+    slow provider lost its seat to a false challenger so)."""
+    import node.roles.v2.referee as referee_module
+    from contracts import Role
+    from contracts.settlement_v2_referees import ClaimRuled
+    from node.roles.v2.referee import RULE
+    from protocol.claim_evidence import Transcript
+    from tests.contracts.settlement_world import ed25519_key
+
+    from .claim_world import ClaimRoles
+    from .test_defender import CHEATED_STEP, revealed_job
+
+    monkeypatch.setattr(referee_module, "PULL_DELAY", 0.001)
+    w = cast_v2
+    honest, cheat, cheated_node = runs
+    jid = revealed_job(w, (honest, cheat))
+    honest_seat = w.providers[0]
+    wrong_challenger = w.outsider
+    w.as_(wrong_challenger).register(ed25519_key("wrong challenger"), Role.AUDITOR, stake=5 * 10**18)
+    roles = ClaimRoles(w, jid, {honest_seat: honest, w.providers[1]: cheat}, tmp_path, honest.training, referee=False)
+    duty = roles.referee(w.client, pulls=True, builds=True)
+    roles.silent.add(honest_seat)  # its pushes are lost and its answers to asks too
+    path = _picked(w, wrong_challenger, jid, honest, CHEATED_STEP, cheated_node)
+    for _ in range(3):
+        claim = next(path)
+        await roles.play()
+    ruled = [e.event for e in w.settlement.events(0) if isinstance(e.event, ClaimRuled)]
+    assert [(e.claim_id, e.defender_right) for e in ruled] == [(claim, True)]
+    assert w.chain.now() < w.settlement.claim(claim).rule_by - w.settlement.chain_settings().margin  # not when due
+    sent = roles.defenders[honest_seat].evidence[claim]
+    assert Transcript.decode(duty.ruled[(claim, RULE)].path.read_bytes()).evidence == sent.encode()
+
+
+@trio_test(120)
+async def test_a_referee_that_builds_evidence_rules_a_silent_cheater_wrong_on_the_cheaters_own_evidence(
+        cast_v2, runs, tmp_path, monkeypatch):
+    """The cheater posts its evidence hash and keeps the evidence. The node it answers for is the first
+    it changed, so its inputs are the honest run's: the client's own run builds the same evidence, byte
+    for byte, and the duty rules on it before the ruling is due, the defender wrong because the operator
+    gives another output than the cheater's list (not for want of evidence)."""
+    import node.roles.v2.referee as referee_module
+    from contracts.settlement_v2_referees import ClaimRuled
+    from node.roles.v2.referee import NO_EVIDENCE, RULE
+    from protocol.claim_evidence import Transcript
+
+    from .claim_world import ClaimRoles
+    from .test_defender import CHEATED_STEP, auditor_of, revealed_job
+
+    monkeypatch.setattr(referee_module, "PULL_DELAY", 0.001)
+    w = cast_v2
+    honest, cheat, cheated_node = runs
+    auditor = auditor_of(w)
+    jid = revealed_job(w, (honest, cheat))
+    cheater = w.providers[1]
+    roles = ClaimRoles(w, jid, {w.providers[0]: honest, cheater: cheat}, tmp_path, honest.training, referee=False)
+    duty = roles.referee(w.client, builds=True)
+    roles.silent.add(cheater)
+    path = _picked(w, auditor, jid, cheat, CHEATED_STEP, cheated_node)
+    for _ in range(3):
+        claim = next(path)
+        await roles.play()
+    ruled = [e.event for e in w.settlement.events(0) if isinstance(e.event, ClaimRuled)]
+    assert [(e.claim_id, e.defender_right) for e in ruled] == [(claim, False)]
+    assert w.chain.now() < w.settlement.claim(claim).rule_by - w.settlement.chain_settings().margin  # not when due
+    judgement = duty.ruled[(claim, RULE)].judgement
+    assert judgement != NO_EVIDENCE and not judgement.defender_right
+    kept = roles.defenders[cheater].evidence[claim]
+    assert Transcript.decode(duty.ruled[(claim, RULE)].path.read_bytes()).evidence == kept.encode()
+
+
 @trio_test(60)
 async def test_a_seat_answers_an_ask_for_its_evidence_over_libp2p_and_refuses_what_it_does_not_hold(runs):
     from node.errors import BadMessage, RemoteError
