@@ -17,7 +17,8 @@ whichever seat revealed it first):
   told     each seat's signed steps list of interval c asked for too (`told_steps`): of the seat
            replayed and of every other seat that revealed the same root (the replay is shared, the
            statements are each seat's own), kept by the node's `statements_keeper` as evidence
-           (§10: an equivocation or a contradiction slashes it), in the background
+           (§10: an equivocation or a contradiction slashes it), in the background, the intervals
+           due meanwhile in one ask per seat
   open     the first sampled (or own-run) interval whose end is not trace[c+1]: `openGame` (B_open from free
            stake), or a join when the game exists (no bond)
   pick     under each steps list a defender posts in a game it watches, the first entry unlike
@@ -74,6 +75,7 @@ from ..chain import chain_failures, describe_chain_error
 from .audit_records import Audit, Followed, Watched
 from .duty_state import DutyState
 from .replays import OwnRuns, ReplayOracle, own_audit, own_replay, own_steps_list, replay_from_own_run
+from .steps_asks import StepsAsks, ToldStepsSource
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +83,6 @@ ZERO = bytes(32)
 STATE_FILE = "auditor.json"
 
 CheckpointSource = Callable[[bytes, str, int], Awaitable[Any]]  # (job, seat, c) -> checkpoint c's state, checked
-# (job, seat, c, our replay's steps list) -> None: the seat's signed steps list asked for and kept
-ToldStepsSource = Callable[[bytes, str, int, list], Awaitable[None]]
 
 
 class Auditor:
@@ -111,8 +111,7 @@ class Auditor:
         self.results: dict[tuple[bytes, bytes], dict[int, bool]] = {}  # (job, root) -> interval -> replay agreed
         self.co_seats: dict[tuple[bytes, bytes], list[str]] = {}       # (job, root) -> other seats that revealed it
         self.replayed_lists: dict[tuple[bytes, bytes], dict[int, list]] = {}  # (job, root) -> c -> our steps list
-        self._told: set[tuple[bytes, str, int]] = set()               # (job, seat, c) whose signed list was asked
-        self._asking: dict[str, trio.Lock] = {}                        # seat -> one ask of its lists at a time
+        self.steps_asks = StepsAsks(told_steps)                       # each seat's signed lists asked for
         self.replays: dict[tuple[bytes, bytes, int], ReplayOracle] = {}
         self.followed: dict[bytes, Followed] = {}                   # game on an audited root -> what is kept
         self.games: dict[bytes, Watched] = {}                       # followed game -> its replay, once made
@@ -309,7 +308,7 @@ class Auditor:
             self.results.pop(key, None)
             self.co_seats.pop(key, None)
             self.replayed_lists.pop(key, None)
-        self._told = {t for t in self._told if t[0] != job_id}
+        self.steps_asks.forget(job_id)
         for key in [k for k in self.replays if k[0] == job_id]:
             del self.replays[key]
         self._programs.pop(job_id, None)
@@ -406,16 +405,9 @@ class Auditor:
             self.spawn(self._tell, job_id, seat, c, ours, name=f"auditor: steps of {seat}")
 
     async def _tell(self, job_id: bytes, seat: str, c: int, ours: list) -> None:
-        """Seat's signed steps list of interval c, asked once: of every seat that revealed an audited
-        root, since a seat that tells two samplers two lists is caught only where both asked it. One
-        ask per seat at a time: an own run checks every interval at once, and its asks opened together
-        (one stream each, from every auditor) timed the seat's connections out in the full v2 run."""
-        if self.told_steps is None or (job_id, seat, c) in self._told:
-            await trio.lowlevel.checkpoint()
-            return
-        self._told.add((job_id, seat, c))
-        async with self._asking.setdefault(seat, trio.Lock()):
-            await self.told_steps(job_id, seat, c, ours)
+        """Seat's signed steps list of interval c, asked once (`StepsAsks`): of every seat that revealed
+        an audited root, since a seat that tells two samplers two lists is caught only where both asked it."""
+        await self.steps_asks.ask(job_id, seat, c, ours)
 
     async def node_values(self, job_id: bytes, root: bytes, c: int, step: int, n: int) -> tuple[list, Any]:
         """Node n's inputs and output at `step` in our replay of interval c (what a duel plays from)."""

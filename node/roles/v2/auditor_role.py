@@ -10,7 +10,8 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from ...errors import LocalError, PeerError
-from .auditor import Auditor, CheckpointSource, ToldStepsSource
+from .auditor import Auditor, CheckpointSource
+from .steps_asks import ToldStepsSource
 
 log = logging.getLogger(__name__)
 
@@ -29,21 +30,22 @@ def checkpoint_source(ctx: Any, reach: Callable[[str], Awaitable[Any]]) -> Check
 
 
 def told_steps_source(ctx: Any, reach: Callable[[str], Awaitable[Any]], keeper: Any) -> ToldStepsSource:
-    """A node's `told_steps`: the seat's signed steps list fetched (`data.JobDataService.fetch_steps`)
-    and handed to the statements keeper; a refused answer (no or a forged signature) is logged, and
-    the audit goes on from the replay."""
+    """A node's `told_steps`: the seat's signed steps lists of some intervals (interval -> our list)
+    fetched in one ask (`data.JobDataService.fetch_steps`) and handed to the statements keeper; a
+    refused answer (no or a forged signature) is logged, and the audit goes on from the replay."""
 
-    async def told_steps(job_id: bytes, seat: str, c: int, ours: list) -> None:
+    async def told_steps(job_id: bytes, seat: str, lists: dict[int, list]) -> None:
         try:
-            told = await ctx.job_data.fetch_steps(job_id, seat, c, peer=await reach(seat))
+            told = await ctx.job_data.fetch_steps(job_id, seat, list(lists), peer=await reach(seat))
         except (PeerError, LocalError) as error:
-            log.warning("auditor: job %s: the steps list of interval %d of %s refused: %s", job_id.hex()[:12], c,
-                        seat, error)
+            log.warning("auditor: job %s: the steps lists of intervals %s of %s refused: %s", job_id.hex()[:12],
+                        sorted(lists), seat, error)
             return
-        if list(told.steps) != list(ours):
-            log.warning("auditor: job %s: %s's signed steps list of interval %d is not our replay's (kept)",
-                        job_id.hex()[:12], seat, c)
-        await keeper.add(told.signed)
+        for (c, ours), one in zip(lists.items(), told):
+            if list(one.steps) != list(ours):
+                log.warning("auditor: job %s: %s's signed steps list of interval %d is not our replay's (kept)",
+                            job_id.hex()[:12], seat, c)
+            await keeper.add(one.signed)
 
     return told_steps
 

@@ -391,8 +391,8 @@ class ClientRoleV2(ClientRole):
         answer (unsigned, or not by the seat) is logged and the sample stands on the replay."""
         peer = ID.from_base58(seat["peer"])
         try:
-            told = await self.ctx.job_data.fetch_steps(cj.job_id, seat["account"], c,
-                                                       peer=peer if seat["addrs"] else None)
+            (told,) = await self.ctx.job_data.fetch_steps(cj.job_id, seat["account"], [c],
+                                                          peer=peer if seat["addrs"] else None)
         except (PeerError, LocalError) as error:
             log.warning("job %s: the steps list of interval %d of %s refused: %s", cj.job_id.hex()[:12], c,
                         seat["account"], error)

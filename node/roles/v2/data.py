@@ -14,10 +14,13 @@ A node serves the items of its own seat, and those it relays as a demand's witne
 §7): an item of another seat that it fetched, checked and attested served.
 
 Steps lists (``/gavel/steps/2.0.0``, request/response, msgpack maps; economics §10), what a sampler
-of interval c may ask the seat besides checkpoint c:
+of interval c may ask the seat besides checkpoint c, up to STEPS_PER_ASK intervals in one ask (an
+auditor's own run checks every interval at once, and one stream per interval, from every auditor,
+timed the seats' connections out in the full v2 testnet):
 
-  → {"job": <32 bytes>, "interval": c}
-  ← {"steps": [k_c + 1 hashes], "signature": <65 bytes>}   or refused with a reason
+  → {"job": <32 bytes>, "intervals": [c, ...]}   (distinct)
+  ← {"lists": [{"steps": [k_c + 1 hashes], "signature": <65 bytes>}, ...]}   in the order asked,
+                                                                            or refused with a reason
 
 The signature is the seat's account key's over the EIP-712 `SeatStatement` (job, seat, STEPS, c,
 list_root(steps)) (`protocol.statements`): a list handed off chain is evidence against the seat if it
@@ -52,7 +55,7 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import trio
 from libp2p.peer.id import ID
@@ -69,6 +72,7 @@ log = logging.getLogger(__name__)
 DATA_PROTOCOL = "/gavel/job-data/2.0.0"
 DATA_LIMITS = StreamLimits(max_frame=4096, read_timeout=10.0, write_timeout=10.0, idle_timeout=60.0)
 STEPS_PROTOCOL = "/gavel/steps/2.0.0"
+STEPS_PER_ASK = 16
 STEPS_LIMITS = StreamLimits(max_frame=256 * 1024, read_timeout=10.0, write_timeout=10.0, idle_timeout=60.0)
 BUNDLE_ITEM = 0
 HASH = 32
@@ -312,7 +316,7 @@ class JobDataService:
         return pack({"blob": await self._blob_of(trained, wanted.item)})
 
     async def serve_steps(self, peer: ID, request: bytes) -> bytes:
-        """Our seat's steps list of one interval, after its reveal, signed with our account key."""
+        """Our seat's steps lists of the intervals asked, after its reveal, each signed with our account key."""
         from protocol import claim_lists
         from protocol.statements import sign_statement
 
@@ -320,28 +324,33 @@ class JobDataService:
         from .adversaries import HONEST
 
         obj = unpack(request, peer=peer)
-        if not isinstance(obj, dict) or not isinstance(obj.get("job"), bytes) or len(obj["job"]) != HASH \
-                or type(obj.get("interval")) is not int or obj["interval"] < 0:
-            raise BadMessage("a steps request is {job: 32 bytes, interval: c >= 0}", peer=peer)
-        job_id, c = obj["job"], obj["interval"]
+        job_id, intervals = (obj.get("job"), obj.get("intervals")) if isinstance(obj, dict) else (None, None)
+        if not isinstance(job_id, bytes) or len(job_id) != HASH or not isinstance(intervals, list) \
+                or not 1 <= len(intervals) <= STEPS_PER_ASK or len(set(intervals)) != len(intervals) \
+                or any(type(c) is not int or c < 0 for c in intervals):
+            raise BadMessage(f"a steps request is {{job: 32 bytes, intervals: 1 to {STEPS_PER_ASK} distinct c >= 0}}",
+                             peer=peer)
         trained = self.ctx.trained.get(job_id)
         if trained is None:
             raise RequestRefused(f"no seat of job {job_id.hex()} here")
         if not await self._revealed_by_us(job_id):
             raise RequestRefused(f"our seat of job {job_id.hex()} has not revealed its trace: nothing is served "
                                  f"before the reveal")
-        if c >= trained.intervals:
-            raise RequestRefused(f"job {job_id.hex()} has intervals 0..{trained.intervals - 1}, not {c}")
-        steps = await trio.to_thread.run_sync(claim_lists.steps_list, await trained.oracle(), c)
-        asked = self._steps_asked.setdefault((job_id, c), [])
-        if peer not in asked:
-            asked.append(peer)
+        if max(intervals) >= trained.intervals:
+            raise RequestRefused(f"job {job_id.hex()} has intervals 0..{trained.intervals - 1}, not {max(intervals)}")
+        oracle = await trained.oracle()
+        lists = await trio.to_thread.run_sync(lambda: [claim_lists.steps_list(oracle, c) for c in intervals])
         adversary = getattr(self.ctx.roles.get("provider"), "adversary", HONEST)
-        steps = adversary.steps_told(steps, asked.index(peer))
-        chain = self.ctx.chain
-        signed = sign_statement(steps_statement(job_id, chain.account, c, steps), account_key(self.ctx.seed),
-                                statement_domain(chain))
-        return pack({"steps": steps, "signature": signed.signature})
+        chain, answers = self.ctx.chain, []
+        for c, steps in zip(intervals, lists):
+            asked = self._steps_asked.setdefault((job_id, c), [])
+            if peer not in asked:
+                asked.append(peer)
+            steps = adversary.steps_told(steps, asked.index(peer))
+            signed = sign_statement(steps_statement(job_id, chain.account, c, steps), account_key(self.ctx.seed),
+                                    statement_domain(chain))
+            answers.append({"steps": steps, "signature": signed.signature})
+        return pack({"lists": answers})
 
     async def _revealed_by_us(self, job_id: bytes) -> bool:
         if job_id in self._revealed:
@@ -395,13 +404,20 @@ class JobDataService:
         blob_id = _blob_of_answer(unpack(answer, peer=peer), peer)
         return await self._checked(job_id, seat, item, await self.ctx.blobs.fetch(peer, blob_id), peer), blob_id
 
-    async def fetch_steps(self, job_id: bytes, seat: str, c: int, *, peer: ID | None = None) -> ToldSteps:
-        """``seat``'s steps list of interval ``c`` with its signed statement (StatementRefused when the
-        signature is not the seat's); whether the list is true is the sampler's replay to say."""
+    async def fetch_steps(self, job_id: bytes, seat: str, intervals: Sequence[int], *,
+                          peer: ID | None = None) -> list[ToldSteps]:
+        """``seat``'s steps lists of ``intervals`` (at most STEPS_PER_ASK, distinct), each with its signed
+        statement, in that order (StatementRefused when a signature is not the seat's); whether a list is
+        true is the sampler's replay to say."""
         peer = peer if peer is not None else await self.peer_of_seat(seat)
-        answer = await self.ctx.host.request(peer, STEPS_PROTOCOL, pack({"job": job_id, "interval": c}),
+        intervals = list(intervals)
+        answer = await self.ctx.host.request(peer, STEPS_PROTOCOL, pack({"job": job_id, "intervals": intervals}),
                                              timeout=self.ctx.config.request_timeout, limits=STEPS_LIMITS)
-        return told_steps_of_answer(unpack(answer, peer=peer), job_id, seat, c, statement_domain(self.ctx.chain), peer)
+        obj = unpack(answer, peer=peer)
+        if not isinstance(obj, dict) or not isinstance(obj.get("lists"), list) or len(obj["lists"]) != len(intervals):
+            raise BadMessage(f"a steps answer is {{lists: one per interval asked ({len(intervals)})}}", peer=peer)
+        domain = statement_domain(self.ctx.chain)
+        return [told_steps_of_answer(one, job_id, seat, c, domain, peer) for c, one in zip(intervals, obj["lists"])]
 
     async def _checked(self, job_id: bytes, seat: str, item: int, path: Path, peer: ID) -> Path:
         if item == BUNDLE_ITEM:
@@ -522,5 +538,5 @@ def install_checked(directory: Path, toml_text: str, files: dict[str, Path], spe
 
 
 __all__ = ["BUNDLE_ITEM", "DATA_LIMITS", "DATA_PROTOCOL", "DataRequest", "JobDataService", "STATE_FILE",
-           "STEPS_LIMITS", "STEPS_PROTOCOL", "StatementRefused", "ToldSteps", "checkpoint_of", "install_checked",
+           "STEPS_LIMITS", "STEPS_PER_ASK", "STEPS_PROTOCOL", "StatementRefused", "ToldSteps", "checkpoint_of", "install_checked",
            "signed_spec", "statement_domain", "steps_statement", "told_steps_of_answer"]

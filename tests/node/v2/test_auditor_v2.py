@@ -191,13 +191,15 @@ async def test_every_seat_of_an_audited_root_is_asked_its_signed_steps_lists_the
 
     asking: dict[str, int] = {}  # seat -> its asks under way
     most_at_once: list[int] = []
+    asks: list[str] = []  # the seat of each ask, one per stream a node would open
 
-    async def told_steps(job_id, seat, c, ours):
+    async def told_steps(job_id, seat, lists):
         asking[seat] = asking.get(seat, 0) + 1
         most_at_once.append(asking[seat])
+        asks.append(seat)
         await trio.sleep(0.01)  # an answer takes a while: every other ask due meanwhile comes now
         asking[seat] -= 1
-        asked.append((seat, c, tuple(ours)))
+        asked.extend((seat, c, tuple(ours)) for c, ours in lists.items())
 
     auditor = Auditor(binding(w, account), spawn, training_of, checkpoint_of, rate=rate, rng=random.Random(1),
                       told_steps=told_steps)
@@ -214,6 +216,8 @@ async def test_every_seat_of_an_audited_root_is_asked_its_signed_steps_lists_the
     lists = {c: tuple(claim_lists.steps_list(honest, c)) for c in range(intervals)}
     assert sorted(asked) == sorted((seat, c, lists[c]) for seat in (first, second) for c in replayed)
     assert max(most_at_once) == 1  # one ask of a seat at a time (an own run's asks come all at once)
+    if rate == 1.0:  # the own run's intervals come due together: one ask per seat carries them all
+        assert sorted(asks) == sorted([first, second])
 
     # a third seat of the root, revealed once the audit is over, is asked the intervals replayed (and only once)
     late = w.providers[2]

@@ -23,7 +23,11 @@ from contracts.settlement_v2_games import EquivocationSlashed
 from node.config import Settings
 from node.roles.chain import account_key, open_binding_sync
 from node.roles.jobfiles import job_dir
-from node.roles.v2.data import StatementRefused, statement_domain, steps_statement, told_steps_of_answer
+from node.errors import RemoteError, StreamClosed
+from node.framing import pack
+from node.roles.v2.data import (
+    STEPS_LIMITS, STEPS_PER_ASK, STEPS_PROTOCOL, StatementRefused, statement_domain, steps_statement, told_steps_of_answer,
+)
 from node.roles.v2.statements_keeper import StatementsKeeper
 from node.roles.v2.trained import TrainedJob
 from node.roles.jobfiles import encode_bundle
@@ -96,7 +100,7 @@ async def test_a_seat_that_signs_two_steps_lists_for_one_interval_is_slashed_by_
         # Each sampler asks interval 1's steps list as its audit does: the first is told the truth.
         slot, truth = (jid, cheater, 1, 1), steps_statement(jid, cheater, 1, run.lists[1]).value
         for sampler in roles:
-            await sampler.auditor.told_steps(jid, cheater, 1, run.lists[1])
+            await sampler.auditor.told_steps(jid, cheater, {1: run.lists[1]})
         assert list(roles[0].statements.held[slot])[0] == truth
         with trio.fail_after(60):  # until the statements met on gossip and one keeper reported them
             while (await client.run(s.seat, jid, cheater)).forfeit == ForfeitReason.NONE:
@@ -112,6 +116,19 @@ async def test_a_seat_that_signs_two_steps_lists_for_one_interval_is_slashed_by_
         # the evidence was on disk before it was shared: a restarted keeper holds both lists
         kept = StatementsKeeper(reporter.ctx.chain, reporter.statements.domain, data_dir=reporter.ctx.config.data_dir)
         assert kept.held[slot] == held
+
+        # One ask carries several intervals, each list signed for its own; a malformed ask has its stream
+        # closed (the asker is at fault), and the seat serves on.
+        asker = roles[0].ctx
+        told = await asker.job_data.fetch_steps(jid, cheater, [1, 0])
+        assert [t.signed.statement.index for t in told] == [1, 0] and list(told[1].steps) == run.lists[0]
+        with pytest.raises(RemoteError, match=r"intervals 0\.\.1, not 2"):
+            await asker.job_data.fetch_steps(jid, cheater, [0, 2])
+        for bad in ({"job": jid, "intervals": []}, {"job": jid, "intervals": [0, 0]}, {"job": jid, "interval": 1},
+                    {"job": jid, "intervals": list(range(STEPS_PER_ASK + 1))}, {"job": jid[:8], "intervals": [0]}):
+            with pytest.raises(StreamClosed):
+                await asker.host.request(seat_node.host.peer_id, STEPS_PROTOCOL, pack(bad), limits=STEPS_LIMITS)
+        assert [list(t.steps) for t in await asker.job_data.fetch_steps(jid, cheater, [0])] == [run.lists[0]]
 
         info = await client.run(s.job, jid)
         await client.run(client.chain.mine, (await client.run(s.deadlines, jid)).final_by + 1)
