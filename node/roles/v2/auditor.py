@@ -373,12 +373,8 @@ class Auditor:
         """The rest of an audit from our own run of the job: every interval of the trace checked, the
         first wrong one replayed and disputed (a false challenger disputes ``lie_at``)."""
         job_id, root = e.job_id, e.trace_root
-        try:
-            own = await self.own_runs.of(job_id)
-        except (PeerError, LocalError) as error:
-            log.warning("auditor: job %s: no own run: %s", job_id.hex()[:12], error)
-            return
-        if (job_id, root) not in self.audits:
+        own = await self.own_runs.patiently(job_id, lambda: self._may_challenge(e))
+        if own is None or (job_id, root) not in self.audits:
             return
         if self.lies:
             checked, oracle = {lie_at: False}, await self.own_runs.run_sync(replay_from_own_run, own, lie_at)
@@ -396,6 +392,16 @@ class Auditor:
         self._keep_list(job_id, root, oracle.c, ours)
         log.warning("auditor: job %s: our own run finds %s's interval %d wrong", job_id.hex()[:12], e.seat, oracle.c)
         await self.challenge(job_id, root, oracle.c)
+
+    async def _may_challenge(self, e: TraceRevealed) -> bool:
+        """Whether a game may still be opened on the revealed root (audited, its challenge window open)."""
+        if (e.job_id, e.trace_root) not in self.audits:
+            return False
+        try:
+            seat = await self.chain.run(self.chain.settlement.seat, e.job_id, e.seat)
+            return await self.chain.run(self.chain.chain.now) < seat.challenge_by
+        except chain_failures():
+            return True  # asked again later: the chain's answer decides
 
     def _keep_list(self, job_id: bytes, root: bytes, c: int, ours: list) -> None:
         """Our steps list of a replayed interval, kept for seats that reveal the root later; each seat

@@ -300,8 +300,9 @@ class RefereeDuty:
         except LocalProtocolError as error:
             log.info("referee: claim %s: our run did not compute the posted list: %s", claim_id.hex()[:12], error)
             return
-        except (PeerError, LocalError) as error:
+        except (PeerError, LocalError) as error:  # the job's bundle did not come: built again on the next ask
             log.info("referee: claim %s: no run of the job: %s", claim_id.hex()[:12], error)
+            self.built.pop(claim_id, None)
             return
         except chain_failures() as error:
             log.info("referee: claim %s: building evidence: %s", claim_id.hex()[:12], describe_chain_error(error))

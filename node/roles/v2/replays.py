@@ -19,12 +19,16 @@ duel's node values) is taken from that run too (`own_replay`).
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Awaitable, Callable, Sequence
 
 import trio
 
-from ...errors import LocalError
+from ...errors import LocalError, PeerError
 from ...training_oracle import TrainingOracle
+
+log = logging.getLogger(__name__)
+RUN_RETRY, RUN_RETRY_MAX = 2.0, 30.0  # a job's bundle asked again after 2, 4, 8, 16, 30, 30, ... s
 
 
 class ReplayOracle(TrainingOracle):
@@ -56,6 +60,23 @@ class OwnRuns:
 
     def __contains__(self, job_id: bytes) -> bool:
         return job_id in self.runs
+
+    async def patiently(self, job_id: bytes, wanted: Callable[[], Awaitable[bool]]) -> TrainingOracle | None:
+        """`of`, asked again while the job's program cannot be had (its bundle fetched from no seat) and
+        `wanted()` (the audit still may open a game); None once it is not. Under congestion every seat's
+        bundle timed out at once for every auditor of a job in the full v2 testnet, each gave up its
+        own run, and the cheater of that job was paid."""
+        delay = RUN_RETRY
+        while True:
+            try:
+                return await self.of(job_id)
+            except (PeerError, LocalError) as error:
+                if not await wanted():
+                    log.warning("auditor: job %s: no own run: %s", job_id.hex()[:12], error)
+                    return None
+                log.info("auditor: job %s: no own run yet: %s", job_id.hex()[:12], error)
+            await trio.sleep(delay)
+            delay = min(2 * delay, RUN_RETRY_MAX)
 
     async def of(self, job_id: bytes) -> TrainingOracle:
         if job_id not in self.runs:

@@ -257,17 +257,21 @@ async def test_an_audit_still_running_when_its_job_settles_stops_without_an_erro
     assert await auditor.audit(reveal) == {} and fetched == []
 
 
-@pytest.mark.parametrize("rate", [0.5, 1.0])
+@pytest.mark.parametrize("rate, bundle_fails", [(0.5, 0), (1.0, 0), (1.0, 3)])
 @trio_test(180)
 async def test_an_auditor_that_is_served_no_checkpoint_replays_from_its_own_run_and_still_catches_the_cheat(
-        cast_v2, runs, tmp_path, rate):
+        cast_v2, runs, tmp_path, monkeypatch, rate, bundle_fails):
     """No seat serves the auditor a checkpoint (a congested network, or seats that keep them from
     auditors): it runs the job from its initial state itself, which the challenge window allows for,
     and disputes the cheated interval from its own state there, which is the cheater's too. A sample
     (rate 0.5) tries one fetch per seat first; the whole job (rate 1) tries none, and its game and the
-    referee's evidence are played from that run too."""
-    from node.errors import PeerTimeout
+    referee's evidence are played from that run too. The job's bundle, which the run needs, may not
+    come at first either (`bundle_fails`): it is asked again while the window is open (an auditor that
+    gave up on it let a cheater be paid in the full v2 run)."""
+    import node.roles.v2.replays as replays_module
+    from node.errors import LocalError, PeerTimeout
 
+    monkeypatch.setattr(replays_module, "RUN_RETRY", 0.001)
     w = cast_v2
     honest, cheat, cheated_node = runs
     account = auditor_of(w)
@@ -275,17 +279,25 @@ async def test_an_auditor_that_is_served_no_checkpoint_replays_from_its_own_run_
     honest_seat, cheater = w.providers[:2]
     pump, spawn = EventPump(w.settlement), Spawner()
     asked: list[tuple[str, int]] = []
+    bundle_asks: list[bytes] = []
 
     async def training_of(job_id):
         await trio.lowlevel.checkpoint()
         return honest.training
+
+    async def auditors_training_of(job_id):
+        bundle_asks.append(job_id)
+        if len(bundle_asks) <= bundle_fails:
+            raise LocalError(f"job {job_id.hex()[:12]}: no revealed seat served its bundle (took over 14.2 s)")
+        return await training_of(job_id)
 
     async def checkpoint_of(job_id, seat, c):
         await trio.lowlevel.checkpoint()
         asked.append((seat, c))
         raise PeerTimeout("opening /gavel/job-data/2.0.0 took over 14.2 s")
 
-    auditor = Auditor(binding(w, account), spawn, training_of, checkpoint_of, rate=rate, rng=random.Random(1))
+    auditor = Auditor(binding(w, account), spawn, auditors_training_of, checkpoint_of, rate=rate,
+                      rng=random.Random(1))
     auditor.subscribe(pump)
     for seat, oracle in {honest_seat: honest, cheater: cheat}.items():
         (tmp_path / seat).mkdir()
