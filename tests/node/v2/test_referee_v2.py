@@ -247,6 +247,22 @@ async def test_evidence_posted_and_never_sent_is_ruled_against_before_the_refere
     assert w.settlement.node(w.client) == client_before  # the bond is locked as before, nothing burned
 
 
+def _against_a_wrong_challenger(w, honest, cheat, tmp_path):
+    """A revealed job of an honest and a cheating seat, a registered auditor that will challenge the honest
+    one, and the seats' roles with no referee yet: (job, honest seat, challenger, roles)."""
+    from contracts import Role
+    from tests.contracts.settlement_world import ed25519_key
+
+    from .claim_world import ClaimRoles
+    from .test_defender import revealed_job
+
+    jid = revealed_job(w, (honest, cheat))
+    honest_seat, wrong_challenger = w.providers[0], w.outsider
+    w.as_(wrong_challenger).register(ed25519_key("wrong challenger"), Role.AUDITOR, stake=5 * 10**18)
+    roles = ClaimRoles(w, jid, {honest_seat: honest, w.providers[1]: cheat}, tmp_path, honest.training, referee=False)
+    return jid, honest_seat, wrong_challenger, roles
+
+
 @trio_test(120)
 async def test_a_referee_no_push_reaches_asks_the_seat_and_rules_the_honest_defender_right(cast_v2, runs, tmp_path,
                                                                                           monkeypatch):
@@ -255,22 +271,15 @@ async def test_a_referee_no_push_reaches_asks_the_seat_and_rules_the_honest_defe
     its ruling is due. Holding nothing then, it ruled the honest defender wrong, and an appeal that
     overturned that cost the referee its bond (the full v2 testnet)."""
     import node.roles.v2.referee as referee_module
-    from contracts import Role
     from contracts.settlement_v2_referees import ClaimRuled
     from node.roles.v2.referee import RULE
-    from tests.contracts.settlement_world import ed25519_key
 
-    from .claim_world import ClaimRoles
-    from .test_defender import CHEATED_STEP, revealed_job
+    from .test_defender import CHEATED_STEP
 
     monkeypatch.setattr(referee_module, "PULL_DELAY", 0.001)
     w = cast_v2
     honest, cheat, cheated_node = runs
-    jid = revealed_job(w, (honest, cheat))
-    honest_seat = w.providers[0]
-    wrong_challenger = w.outsider
-    w.as_(wrong_challenger).register(ed25519_key("wrong challenger"), Role.AUDITOR, stake=5 * 10**18)
-    roles = ClaimRoles(w, jid, {honest_seat: honest, w.providers[1]: cheat}, tmp_path, honest.training, referee=False)
+    jid, honest_seat, wrong_challenger, roles = _against_a_wrong_challenger(w, honest, cheat, tmp_path)
     duty = roles.referee(w.client, pulls=True)
     roles.pushes_lost.add(honest_seat)
     path = _picked(w, wrong_challenger, jid, honest, CHEATED_STEP, cheated_node)
@@ -293,23 +302,16 @@ async def test_a_referee_no_evidence_reaches_builds_the_honest_seats_evidence_fr
     that only waited for the seat ruled on nothing, the defender wrong (the full v2 testnet: the honest
     slow provider lost its seat to a false challenger so)."""
     import node.roles.v2.referee as referee_module
-    from contracts import Role
     from contracts.settlement_v2_referees import ClaimRuled
     from node.roles.v2.referee import RULE
     from protocol.claim_evidence import Transcript
-    from tests.contracts.settlement_world import ed25519_key
 
-    from .claim_world import ClaimRoles
-    from .test_defender import CHEATED_STEP, revealed_job
+    from .test_defender import CHEATED_STEP
 
     monkeypatch.setattr(referee_module, "PULL_DELAY", 0.001)
     w = cast_v2
     honest, cheat, cheated_node = runs
-    jid = revealed_job(w, (honest, cheat))
-    honest_seat = w.providers[0]
-    wrong_challenger = w.outsider
-    w.as_(wrong_challenger).register(ed25519_key("wrong challenger"), Role.AUDITOR, stake=5 * 10**18)
-    roles = ClaimRoles(w, jid, {honest_seat: honest, w.providers[1]: cheat}, tmp_path, honest.training, referee=False)
+    jid, honest_seat, wrong_challenger, roles = _against_a_wrong_challenger(w, honest, cheat, tmp_path)
     duty = roles.referee(w.client, pulls=True, builds=True)
     roles.silent.add(honest_seat)  # its pushes are lost and its answers to asks too
     path = _picked(w, wrong_challenger, jid, honest, CHEATED_STEP, cheated_node)
