@@ -9,8 +9,9 @@ sums and `weights` (P,): the chunk's contribution to V' is sum_q planes[q] *
 - "int8": torch._int_mm, int8 x int8 with int32 accumulation (oneDNN, VNNI on CPU).
   Exact while |sum| < 2^31: a chunk of L <= 16384 sums at most 5 * L * 2^14 < 2^31.
   oneDNN's kernels for CPUs *without* VNNI saturate int16 intermediates and are not
-  exact; `int8_available` therefore runs a saturation probe once before this engine is
-  used, and the caller falls back to float64 if it fails.
+  exact; `int8_available` therefore runs a saturation probe once per machine before this
+  engine is used (its answer kept on disk, `probe_cache`), and the caller falls back to
+  float64 if it fails.
 - "float64" (NumPy/OpenBLAS or CuPy/cuBLAS) and "torch" (torch float64, MKL): digits
   grouped into 16-bit values, 7 K-lengths of float64 GEMM; every partial sum is an
   integer below 2^53, so any summation order is exact.
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import os
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
@@ -26,9 +29,11 @@ from typing import Any, Callable
 import numpy as np
 
 from ._matmul_spec import DIGITS, MAX_DIAGONAL, pair_weight_bits
+from .probe_cache import cpu_identity, remembered
 
 CHUNK = 16384  # K chunk length: keeps every engine's sums exact (see above)
 ENGINES = ("int8", "float64", "torch")
+ONEDNN_ISA_ENV = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")  # they change the kernels oneDNN picks
 
 
 @functools.cache
@@ -43,8 +48,22 @@ def torch_available() -> bool:
 
 @functools.cache
 def int8_available() -> bool:
-    """True if torch._int_mm gives exact int32 sums on this CPU (see `probe_int8`)."""
-    return torch_available() and probe_int8(cpu_calls())
+    """True if torch._int_mm gives exact int32 sums on this CPU (see `probe_int8`): probed once
+    per machine, torch build and ISA limit, the answer kept on disk (`probe_cache`)."""
+    if not torch_available():
+        return False
+    import torch  # noqa: PLC0415 - heavy optional import, only for this engine
+
+    key = "\n".join((cpu_identity(), torch.__version__, torch.backends.cpu.get_cpu_capability(),
+                     *(f"{v}={os.environ.get(v, '')}" for v in ONEDNN_ISA_ENV), _source(probe_int8)))
+    return remembered("int8-probe", key, lambda: probe_int8(cpu_calls()))
+
+
+def _source(fn: Callable[..., Any]) -> str:
+    try:
+        return inspect.getsource(fn)
+    except OSError:  # no source files: the bytecode and constants stand for it
+        return repr((fn.__code__.co_code, fn.__code__.co_consts))
 
 
 @functools.cache
