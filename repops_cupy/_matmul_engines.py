@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.metadata
+import importlib.util
 import inspect
 import os
+import time
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
@@ -33,7 +36,6 @@ from .probe_cache import cpu_identity, remembered
 
 CHUNK = 16384  # K chunk length: keeps every engine's sums exact (see above)
 ENGINES = ("int8", "float64", "torch")
-ONEDNN_ISA_ENV = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")  # they change the kernels oneDNN picks
 
 
 @functools.cache
@@ -50,13 +52,48 @@ def torch_available() -> bool:
 def int8_available() -> bool:
     """True if torch._int_mm gives exact int32 sums on this CPU (see `probe_int8`): probed once
     per machine, torch build and ISA limit, the answer kept on disk (`probe_cache`)."""
-    if not torch_available():
-        return False
-    import torch  # noqa: PLC0415 - heavy optional import, only for this engine
+    return torch_available() and remembered("int8-probe", _cpu_key("torch", probe_int8),
+                                            lambda: probe_int8(cpu_calls()))
 
-    key = "\n".join((cpu_identity(), torch.__version__, torch.backends.cpu.get_cpu_capability(),
-                     *(f"{v}={os.environ.get(v, '')}" for v in ONEDNN_ISA_ENV), _source(probe_int8)))
-    return remembered("int8-probe", key, lambda: probe_int8(cpu_calls()))
+
+@functools.cache
+def int8_pays_on_cpu() -> bool:
+    """True if the int8 engine is exact on this CPU and also faster than float64 GEMM: the
+    engine "auto" takes on NumPy arrays. Without VNNI, oneDNN's exact int8 kernels are slow
+    (measured on an AVX2-only EPYC: a 256x128x128 product 41 ms against 4.8 ms, 512^3 3.2 s
+    against 70 ms). Timed once per machine (`int8_beats_float64`), the answer kept on disk;
+    both engines give the same bits, so the choice is one of speed alone. A process that
+    finds "no" there never imports torch for its products."""
+    if not _torch_installed():
+        return False
+    key = _cpu_key("torch", "numpy", probe_int8, int8_beats_float64)
+    return remembered("int8-faster", key, lambda: int8_available() and int8_beats_float64()) and torch_available()
+
+
+def _torch_installed() -> bool:
+    """Whether an import of torch could succeed, asked without importing it."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+ISA_ENV = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")  # they change the kernels torch picks
+
+
+def _cpu_key(*parts: str | Callable[..., Any]) -> str:
+    """What a probe's answer depends on: the CPU, the ISA limits, the releases of the packages
+    and the sources of the probes named. Read without importing torch (2 s), which a cached
+    answer may spare."""
+    return "\n".join((cpu_identity(), *(f"{v}={os.environ.get(v, '')}" for v in ISA_ENV),
+                      *(_release(p) if isinstance(p, str) else _source(p) for p in parts)))
+
+
+def _release(package: str) -> str:
+    try:
+        return f"{package} {importlib.metadata.version(package)}"
+    except importlib.metadata.PackageNotFoundError:
+        return f"{package} absent"
 
 
 def _source(fn: Callable[..., Any]) -> str:
@@ -105,6 +142,25 @@ def probe_int8(calls: Int8Calls) -> bool:
         return bool(xp.array_equal(out.astype(np.float64), want))
     except RuntimeError:
         return False
+
+
+def int8_beats_float64(rounds: int = 3) -> bool:
+    """Whether int8 digit planes take less time than float64 ones for one K chunk of a
+    128 x 256 x 128 product (best of `rounds` each, same digits): the part of a product
+    that differs between the engines."""
+    rng = np.random.default_rng(0)
+    lhs = rng.integers(-128, 128, (128, DIGITS, 256), dtype=np.int8)
+    rhs = rng.integers(-128, 128, (1, DIGITS, 256, 128), dtype=np.int8)
+
+    def best(run: Callable[[], Any]) -> float:
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    return best(lambda: int8_planes(lhs, rhs, cpu_calls())) < best(lambda: float64_planes(lhs, rhs, np, "float64"))
 
 
 def diagonal_blocks():

@@ -16,11 +16,14 @@ import math
 import numpy as np
 
 from . import _matmul_spec as mspec
-from ._matmul_engines import CHUNK, int8_available
+from ._matmul_engines import CHUNK, int8_pays_on_cpu
 from .graph import Node, StepGraph
 
 F64 = 8
-INT8_BLOCK_PLANES, INT8_PAIR_PLANES, FLOAT64_PLANES = 6, 19, 7  # see _matmul_engines
+INT8_BLOCK_PLANES, INT8_PAIR_PLANES = 6, 19  # see _matmul_engines
+# float64 engine (`_matmul_engines.float64_planes`): per digit of A's rows and B's columns, 5 digit
+# groups and 6 concatenated operands as float64 at once; 3 product planes, stacked (twice that)
+FLOAT64_OPERAND_COPIES, FLOAT64_PLANES = 11, 6
 SCRATCH_COPIES = 4  # float64 intermediates of an elementwise or per-row op, per output or input element
 
 
@@ -36,11 +39,11 @@ def _matmul_workspace(node: Node, graph: StepGraph) -> int:
     b_count = math.prod(b.shape[:-2])
     chunk = min(k, CHUNK)
     digits = mspec.DIGITS * chunk * (rows + b_count * n)  # int8 digits of A's rows and B's columns
-    if int8_available():  # int32 planes: one per diagonal, or per digit pair when rows are few
+    if int8_pays_on_cpu():  # the int8 engine: int32 planes, one per diagonal or per digit pair when rows are few
         m = node.shape[-2] if len(node.shape) >= 2 else 1
         planes = (INT8_PAIR_PLANES if m * 4 <= n else INT8_BLOCK_PLANES) * 4 * rows * n
     else:
-        planes = FLOAT64_PLANES * F64 * rows * n
+        planes = FLOAT64_PLANES * F64 * rows * n + FLOAT64_OPERAND_COPIES * F64 * chunk * (rows + b_count * n)
     carry = 2 * rows * n * F64 if k > CHUNK else 0  # exact (hi, lo) sums across K chunks
     return digits + planes + carry
 

@@ -322,7 +322,8 @@ def test_engines_that_need_torch_say_so_without_it(monkeypatch):
 
 
 def test_int8_engine_passes_its_saturation_probe_here():
-    # this machine has AVX512-VNNI; without it oneDNN saturates and the probe says False
+    # torch's _int_mm is exact on the machines this runs on (one with AVX512-VNNI, one AVX2-only EPYC);
+    # oneDNN's kernels that saturate int16 intermediates would make the probe say False
     assert _matmul_engines.int8_available()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from repops_cupy import _matmul_engines as engines
@@ -73,8 +74,21 @@ def test_the_cpu_identity_names_the_cpu_features():
     assert identity
 
 
+ANSWERS = (engines.int8_available, engines.int8_pays_on_cpu)
+
+
+@pytest.fixture
+def fresh_answers():
+    """int8_available and int8_pays_on_cpu asked anew (their in-process caches cleared) before and after."""
+    for answer in ANSWERS:
+        answer.cache_clear()
+    yield
+    for answer in ANSWERS:  # the next caller reads (or probes) the real machine's answers
+        answer.cache_clear()
+
+
 @pytest.mark.skipif(not engines.torch_available(), reason="torch is not installed")
-def test_int8_available_probes_once_per_cpu_and_isa_limit(cache, monkeypatch):
+def test_int8_available_probes_once_per_cpu_and_isa_limit(cache, monkeypatch, fresh_answers):
     probe = Probe(True)
     monkeypatch.setattr(engines, "probe_int8", lambda calls: probe())
     for cpu, isa, probes in (("cpu one", "", 1), ("cpu one", "", 1), ("cpu two", "", 2), ("cpu one", "AVX2", 3)):
@@ -83,4 +97,41 @@ def test_int8_available_probes_once_per_cpu_and_isa_limit(cache, monkeypatch):
         engines.int8_available.cache_clear()
         assert engines.int8_available() is True
         assert probe.calls == probes, (cpu, isa)
-    engines.int8_available.cache_clear()  # the next caller probes (or reads) the real machine's answer
+
+
+@pytest.mark.parametrize("exact, faster, chosen", [(True, True, "int8"), (True, False, "float64"),
+                                                   (False, True, "float64")])
+def test_auto_takes_int8_only_where_it_is_exact_and_faster_and_remembers_the_timing(
+        cache, monkeypatch, fresh_answers, exact, faster, chosen):
+    from repops_cupy import matmul as mm
+
+    timing = Probe(faster)
+    monkeypatch.setattr(engines, "int8_available", lambda: exact)
+    monkeypatch.setattr(engines, "int8_beats_float64", lambda rounds=3: timing())
+    monkeypatch.delenv(mm.ENGINE_ENV, raising=False)
+    assert mm._select_engine("auto", np) == chosen
+    engines.int8_pays_on_cpu.cache_clear()  # another process: reads the answer
+    assert mm._select_engine("auto", np) == chosen
+    assert timing.calls == (1 if exact else 0)
+
+
+def test_the_timing_compares_the_two_engines_on_the_same_digits():
+    """What it times are the engines' own plane functions, each as often."""
+    calls = []
+    real_int8, real_f64 = engines.int8_planes, engines.float64_planes
+
+    def int8(*args):
+        calls.append("int8")
+        return real_int8(*args)
+
+    def f64(*args):
+        calls.append("float64")
+        return real_f64(*args)
+
+    import unittest.mock as mock
+
+    with mock.patch.object(engines, "int8_planes", int8), mock.patch.object(engines, "float64_planes", f64):
+        if not engines.int8_available():
+            pytest.skip("torch._int_mm is not exact here")
+        engines.int8_beats_float64(rounds=2)
+    assert calls == ["int8", "int8", "float64", "float64"]
