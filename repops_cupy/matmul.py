@@ -41,8 +41,9 @@ torch._int_mm (int8 x int8 -> int32, 19 K-lengths of int8 GEMM); the float64 eng
 (NumPy/OpenBLAS, torch/MKL, CuPy/cuBLAS) group digits into 16-bit values and need 7
 K-lengths of float64 GEMM. On CPU "auto" takes int8 where it is exact and, timed once
 per machine, faster (with VNNI; without it the exact int8 kernels ran 8 to 46x slower
-than float64 on an AVX2-only EPYC); on GPU, where CUDA torch's is exact. Splitting and combining run as compiled loops
-(numba) on CPU, as array code elsewhere. See `_matmul_spec` and `_matmul_engines`.
+than float64 on an AVX2-only EPYC); on GPU, where CUDA torch's is exact. Splitting and
+combining run as compiled loops (numba) on CPU, as array code elsewhere. See
+`_matmul_spec` and `_matmul_engines`.
 
 What it costs on CPU, and why fewer products need another scheme: one int8 product
 runs at about 4.1x the rate of a float32 one here (1024^3, one thread: 4.9 ms against

@@ -3,15 +3,16 @@
 The int8 engine's saturation probe (`_matmul_engines.probe_int8`) multiplies about two
 billion int8 pairs: 6 s on one core of a CPU without VNNI, paid by every `gavel train`,
 `gavel replay` and node process before its first product. Its answer depends only on
-the machine and the software, so it is kept under a key made of the CPU's identity
-(model and feature flags), the torch build and its kernel capability, and the probe's
-own source: another CPU, another torch or a changed probe finds no answer and probes
-again. A missing, unreadable or unwritable cache only means probing again.
+the machine and the software, so it is kept under a key the caller makes of the CPU's
+identity (model and feature flags), the packages' releases, the ISA limits in the
+environment and the probe's own source: another CPU, another torch or a changed probe
+finds no answer and probes again. A missing, unreadable or unwritable cache only means probing again.
 
 Where: ``$GAVEL_CACHE_DIR``, else ``$XDG_CACHE_HOME/gavel``, else ``~/.cache/gavel``.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -31,6 +32,7 @@ def cache_dir() -> Path:
     return Path(base) / "gavel"
 
 
+@functools.cache
 def cpu_identity() -> str:
     """The first CPU's model and feature flags (Linux), else what `platform` says."""
     try:
