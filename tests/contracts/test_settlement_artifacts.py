@@ -53,6 +53,7 @@ def test_artifacts_match_the_source_digest():
             f"{name}.json is stale: run `node scripts/build_contracts.mjs`")
 
 
+@pytest.mark.slow
 def test_recompiling_the_source_gives_the_committed_artifacts(tmp_path):
     if not _solc_available():
         if os.environ.get("GAVEL_REQUIRE_SOLC"):

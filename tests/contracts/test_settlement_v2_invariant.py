@@ -240,6 +240,7 @@ class Walk:
              fail_or_timeout_demand]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_random_walks_keep_every_coin_accounted(cast_v2, seed):
     walk = Walk(cast_v2, random.Random(seed))

@@ -47,6 +47,7 @@ def final_block(node, job_id: bytes) -> int | None:
     return found[0][0] if found else None
 
 
+@pytest.mark.slow
 @trio_test(timeout=240)
 async def test_a_reorganisation_that_drops_a_settlement_is_said_once_and_the_keeper_settles_again(tmp_path, monkeypatch):
     lines = Lines("node.roles.chain_watch", monkeypatch)
@@ -89,6 +90,7 @@ async def test_a_reorganisation_that_drops_a_settlement_is_said_once_and_the_kee
             nursery.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 @trio_test(timeout=240)
 async def test_a_final_status_is_acted_on_only_once_it_is_confirmations_deep(tmp_path):
     with AnvilProcess() as anvil:

@@ -13,6 +13,7 @@ from node.roles.context import context_of, decode_record, encode_record
 from node.storage import Job
 
 from .conftest import trio_test
+from .test_roles_support import role, start_node, wait_for
 
 
 class Lines(logging.Handler):
@@ -28,7 +29,7 @@ class Lines(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
-from .test_roles_support import role, start_node, wait_for
+
 
 pytestmark = [pytest.mark.anvil,
               pytest.mark.skipif(find_anvil() is None, reason="anvil not installed: run `npm install` at the repository root")]

@@ -153,6 +153,7 @@ async def test_hostile_peers_on_the_job_and_dispute_protocols(tmp_path):
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy, reason", [("stall", "timeout"), ("lie-in-bisection", "invalid-move")])
 @trio_test(timeout=300)
 async def test_a_provider_that_stalls_or_lies_in_the_game_loses_its_dispute(tmp_path, strategy, reason):

@@ -119,6 +119,7 @@ def contract_nets(tmp_path: Path, contract: str, accounts: list[str]) -> tuple[d
     return contract_money(s, accounts, 0), s
 
 
+@pytest.mark.slow
 def test_a_v2_testnet_catches_each_strategy_and_reports_who_gained_and_lost(tmp_path):
     # a client per job: each client's net is then the money of one job
     options = TestnetOptions(settlement="2", strategies=NO_GAME, nodes=2, auditors=1, clients=len(NO_GAME), jobs=1, steps=3,

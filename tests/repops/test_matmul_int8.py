@@ -113,6 +113,7 @@ def test_the_engine_is_chosen_by_the_array_module(monkeypatch):
     assert engines.calls_for(np) is engines.cpu_calls()
 
 
+@pytest.mark.slow
 def test_the_probe_refuses_an_int_mm_that_saturates():
     assert engines.probe_int8(engines.cpu_calls())
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import trio
 
 from contracts.settlement_v2 import ForfeitReason, SeatStatus, commitment_of, trace_root
@@ -18,6 +19,7 @@ from ..test_roles_support import wait_for
 from . import Books, on_chain, settled, start_network, submit_with_adversary_seat
 
 
+@pytest.mark.slow
 @trio_test(timeout=240)
 async def test_a_garbage_trace_cannot_be_served_and_its_seat_forfeits_to_the_clients_demand(tmp_path):
     async with trio.open_nursery() as nursery:

@@ -107,6 +107,7 @@ def watch_retries(net: Network, job_id: bytes, seats: tuple[str, ...]) -> dict[s
 WINDOW_CLOSING, WINDOW_OPEN = 1.0, 400.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step_cost_scale", [WINDOW_CLOSING, WINDOW_OPEN])
 @trio_test(timeout=240)
 async def test_a_stonewalling_seat_forfeits_unless_it_serves_a_witness_and_then_the_client_pays_only_the_residual(

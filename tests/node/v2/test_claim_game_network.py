@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 import trio
 
 from contracts.settlement_v2 import ForfeitReason, SeatStatus
@@ -86,6 +87,7 @@ async def assert_the_cheater_paid(net: CheatedNetwork, job_id: bytes) -> None:
     assert nets[accounts["client"]] == -pay  # the forfeited seat's p came back, and its referee bond
 
 
+@pytest.mark.slow
 @trio_test(timeout=400)
 async def test_a_cheated_operator_is_caught_by_the_claim_game_and_the_money_follows(tmp_path):
     job_file = write_job(tmp_path)

@@ -7,6 +7,7 @@ import json
 import threading
 from pathlib import Path
 
+import pytest
 import trio
 
 from contracts import ProviderPaid
@@ -67,6 +68,7 @@ def test_a_step_never_recorded_is_missing_not_zero(tmp_path):
 
 # -- the whole job, end to end -------------------------------------------------------------
 
+@pytest.mark.slow
 @trio_test(timeout=300)
 async def test_a_job_on_settlement_2_goes_from_offer_to_payment(tmp_path):
     from contracts.settlement_v2 import JobStatus, SeatStatus, trace_root
