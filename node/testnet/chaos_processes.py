@@ -180,6 +180,9 @@ class ProcessChaos:
             for sub in net.submissions:
                 if sub.done_at is not None or not self.took_over(sub.index):
                     continue
+                if sub.job_id is None:  # its submit was killed before it printed the id: without it the
+                    # run waited out the whole job lifetime (the chaos test's run: 390 s instead of 134)
+                    sub.job_id = await trio.to_thread.run_sync(net.client_job_id, net.client_dirs[sub.index])
                 job = net.ledger.jobs.get(sub.job_id) if sub.job_id else None
                 if sub.index in self.lost or (job is not None and job.settled):
                     if sub.index in self.lost:

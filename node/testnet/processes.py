@@ -103,15 +103,9 @@ class ProcessNetwork(Network):
 
     def recover_job_ids(self) -> None:
         """A job whose `gavel submit` was killed before it printed the job's id: the id from its client's rows."""
-        from ..storage import Storage
-
         for sub in self.submissions:
-            path = self.node_dir(self.client_dirs[sub.index]) / "gavel.db"
-            if sub.job_id is None and path.exists():
-                with Storage(path) as storage:
-                    rows = storage.jobs(role=CLIENT)
-                if rows:
-                    sub.job_id = rows[0].job_id
+            if sub.job_id is None:
+                sub.job_id = self.client_job_id(self.client_dirs[sub.index])
 
     def harvest_nodes(self) -> list[tuple[str, str]]:
         """The auditors' rows (version 1's only) and the clients' (their results)."""
@@ -225,13 +219,19 @@ class ProcessNetwork(Network):
 
     def client_has_job(self, name: str) -> bool:
         """Whether the (stopped) client ``name`` holds a job row: a job it opened, or began to open."""
+        return self.client_job_id(name) is not None
+
+    def client_job_id(self, name: str) -> bytes | None:
+        """The id of the job client ``name`` stored (one it opened, or began to open), read from its
+        data directory: a `gavel submit` killed before it printed the id leaves it there alone."""
         from ..storage import Storage
 
         path = self.node_dir(name) / "gavel.db"
         if not path.exists():
-            return False
+            return None
         with Storage(path) as storage:
-            return bool(storage.jobs(role=CLIENT))
+            jobs = storage.jobs(role=CLIENT)
+        return jobs[0].job_id if jobs else None
 
     def start_node_process(self, name: str) -> subprocess.Popen:
         """Start (or start again, from its data directory) ``gavel node start`` for node ``name``."""
