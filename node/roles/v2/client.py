@@ -489,6 +489,21 @@ class ClientRoleV2(ClientRole):
         log.warning("job %s: no standing seat delivered a result that checks", cj.job_id.hex()[:12])
         return False
 
+    async def _result_of_a_paid_seat(self, cj: ClientJob) -> None:
+        """A job finalized without a result in hand (no seat's data reached us within its windows: a
+        congested network, or we were away): the final weights of a seat the job paid, checked against
+        the trace it revealed, are what its windows stood behind, and the price of that seat was paid."""
+        chain = self.ctx.chain
+        paid: dict[str, tuple[bytes, ...]] = {}
+        for key, seat in cj.record["seats"].items():
+            if (await chain.run(chain.settlement.seat, cj.job_id, seat["account"])).status != SeatStatus.PAID:
+                continue
+            trace = await self._revealed_trace(cj, seat["account"])
+            if trace is not None:
+                paid[key] = trace
+        if paid and await self._fetch_result(cj, await self._training(cj), paid):
+            await self._save(cj)
+
     async def _settle(self, cj: ClientJob) -> str:
         """Wait for the keeper's settle (anyone's), then close the job."""
         chain = self.ctx.chain
@@ -506,6 +521,8 @@ class ClientRoleV2(ClientRole):
         credited = sum(found.event.amount for found in await chain.run(chain.settlement.events, 0, None)
                        if isinstance(found.event, ClientRefunded) and found.event.job_id == cj.job_id)
         await withdraw_credit(ctx)
+        if info.status == JobStatus.FINALIZED and cj.record.get("result_from") is None:
+            await self._result_of_a_paid_seat(cj)
         providers = {}
         for key, seat in cj.record["seats"].items():
             on_chain = await chain.run(chain.settlement.seat, cj.job_id, seat["account"])

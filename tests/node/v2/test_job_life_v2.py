@@ -151,3 +151,54 @@ async def test_one_client_opens_two_refereed_jobs_at_once(tmp_path):
         await open_jobs(2)
         assert len(set(opened)) == 3
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.slow
+@trio_test(timeout=300)
+async def test_a_client_whose_samples_never_arrived_takes_the_result_of_the_seat_the_job_paid(tmp_path, caplog):
+    # A congested network (seen in a loaded in-process testnet): every fetch of the seat's data times out
+    # through the job's windows and the demand comes after its deadline, which the contract refuses; the
+    # honest seat is paid. The client then fetches the paid seat's final weights once the job is final.
+    from contracts.settlement_v2 import JobStatus, SeatStatus
+
+    from node.errors import PeerTimeout
+
+    job_file = write_job(tmp_path)
+    async with trio.open_nursery() as nursery:
+        client = await start_node(nursery, tmp_path / "client", ["client"], settlement="2")
+        provider = await start_node(nursery, tmp_path / "p0", ["provider"], bootstrap=client.host.listen_addrs,
+                                    settlement="2")
+        client_role = await role(client, "client")
+        s = client_role.ctx.chain.settlement
+        job_data = context_of(client).job_data
+        real_fetch_item, real_demand = job_data.fetch_item, client_role._demand
+        congested = True
+
+        async def fetch_item(*args, **kwargs):
+            if congested:
+                raise PeerTimeout("opening /gavel/job-data/2.0.0 took over 12.4 s")
+            return await real_fetch_item(*args, **kwargs)
+
+        async def late_demand(cj, seat, item):  # the real demand, sent after the seat's challenge window
+            late = s.seat(cj.job_id, seat["account"]).challenge_by + 1 - s.chain.now()
+            if late > 0:
+                advance_embedded_chain(late)
+            await real_demand(cj, seat, item)
+
+        job_data.fetch_item, client_role._demand = fetch_item, late_demand
+        job_id = await client_role.submit(job_file, SubmitOptions(providers=1, accept_within=120))
+        cj = client_role.jobs[job_id]
+        await wait_for(lambda: cj.state == "verified", timeout=120)
+        assert "result_from" not in cj.record and "DemandDeadlinePassed" in caplog.text
+        (seat,) = cj.record["seats"].values()
+        assert "demand" not in seat and any(v is None for v in seat["samples"].values())
+        congested = False
+        advance_embedded_chain(s.job(job_id).final_by - s.chain.now() + 10)  # the keepers settle
+        result = await client_role.wait(job_id)
+        assert result["status"] == JobStatus.FINALIZED.name
+        assert s.seat(job_id, seat["account"]).status == SeatStatus.PAID
+        assert result["result_from"] in cj.record["seats"]
+        _, _, digest = load_checkpoint(Path(result["result_dir"]) / "weights.safetensors")
+        assert digest.hex() == seat["trace"][-1]
+        assert json.loads((Path(result["result_dir"]) / "trace.json").read_text())["checkpoints"]
+        nursery.cancel_scope.cancel()
