@@ -1,5 +1,3 @@
-import importlib.util
-
 import pytest
 
 from repops_cupy import ops, registry  # noqa: F401 - ops fills the registry
@@ -23,20 +21,20 @@ ONE_WORKER_MODULES = frozenset(f"tests/node/{name}.py" for name in (
     "test_keeper_processes", "test_e2e_network", "test_e2e_restart", "test_job_faults_processes",
     "test_job_faults_chain", "test_testnet_v2"))
 
-if importlib.util.find_spec("xdist") is not None:
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_xdist_make_scheduler(config, log):
-        """`-n`'s default scheduling, one test at a time in collection order (slow tests first), except
-        that ONE_WORKER_MODULES are one unit of work, handed out first."""
-        if config.getvalue("dist") != "load":
-            return None
-        from xdist.scheduler import LoadScopeScheduling
 
-        class OneTestAtATime(LoadScopeScheduling):
-            def _split_scope(self, nodeid: str) -> str:
-                return "one-worker-modules" if nodeid.split("::")[0] in ONE_WORKER_MODULES else nodeid
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: xdist may be absent or off (-p no:xdist)
+def pytest_xdist_make_scheduler(config, log):
+    """`-n`'s default scheduling, one test at a time in collection order (slow tests first), except
+    that ONE_WORKER_MODULES are one unit of work, handed out first."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
 
-        return OneTestAtATime(config, log)
+    class OneTestAtATime(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "one-worker-modules" if nodeid.split("::")[0] in ONE_WORKER_MODULES else nodeid
+
+    return OneTestAtATime(config, log)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest has grouped the items by their fixtures
