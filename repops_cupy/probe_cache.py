@@ -6,7 +6,8 @@ billion int8 pairs: 6 s on one core of a CPU without VNNI, paid by every `gavel 
 the machine and the software, so it is kept under a key the caller makes of the CPU's
 identity (model and feature flags), the packages' releases, the ISA limits in the
 environment and the probe's own source: another CPU, another torch or a changed probe
-finds no answer and probes again. A missing, unreadable or unwritable cache only means probing again.
+finds no answer and probes again. A missing, unreadable or unwritable cache only means
+probing again.
 
 Where: ``$GAVEL_CACHE_DIR``, else ``$XDG_CACHE_HOME/gavel``, else ``~/.cache/gavel``.
 """

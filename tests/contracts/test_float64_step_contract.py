@@ -64,12 +64,12 @@ def harness() -> Harness:
 
 
 @pytest.fixture(scope="module")
-def fast_harness(harness):
+def fast_harness(request):
     """The harness on anvil where it is installed (required under GAVEL_REQUIRE_ANVIL), else py-evm's."""
     if find_anvil() is None:
         if os.environ.get("GAVEL_REQUIRE_ANVIL"):
             raise RuntimeError("GAVEL_REQUIRE_ANVIL is set but anvil is not installed (run `npm install`)")
-        yield harness
+        yield request.getfixturevalue("harness")
         return
     with AnvilProcess() as anvil:
         yield Harness(RpcChain(anvil.url))
